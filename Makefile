@@ -1,0 +1,80 @@
+# Every workflow is one target; each installs what it needs into .venv first.
+# Start here: `make book` (run every chapter, write _build/) and `make test`.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+KERNEL := transformer-book
+# Same thread count everywhere, so that stored outputs reproduce.
+export OMP_NUM_THREADS ?= 2
+export PYTHONHASHSEED := 0
+
+.PHONY: help install export sync check-sync lint pytest nbval exercises test \
+        execute book lab student grade clean
+
+help:
+	@echo "make book        run every chapter in a fresh kernel, write HTML to _build/"
+	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises)"
+	@echo "make lab         open JupyterLab on chapters/ with the project's kernel"
+	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
+	@echo "make export      regenerate transformer/ from the notebooks"
+	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
+	@echo "make student     student copies (solutions removed) in student/"
+	@echo "make grade NB=student/01_embedding.ipynb   grade a student's notebook"
+	@echo "make clean       remove .venv, _build, student and caches"
+
+# Pinned, tested versions (torch 2.13.0 CPU build), the project in editable
+# mode, and the Jupyter kernel that the notebooks name.
+install: $(STAMP)
+$(STAMP): requirements-dev.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
+		--display-name "Python (transformer-book)" >/dev/null
+	touch $(STAMP)
+
+export: $(STAMP)
+	$(PY) tools/export.py
+
+sync: $(STAMP)
+	$(VENV)/bin/jupytext --sync chapters/*.ipynb
+
+check-sync: $(STAMP)
+	$(PY) tools/export.py --check
+	$(PY) tools/pairs.py --check
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+pytest: $(STAMP)
+	$(PY) -m pytest tests
+
+nbval: $(STAMP)
+	$(PY) -m pytest -p no:cacheprovider --nbval chapters --nbval-current-env \
+		--nbval-sanitize-with tools/sanitize.cfg --nbval-cell-timeout=900 -o addopts=""
+
+exercises: $(STAMP)
+	$(PY) tools/exercises.py verify
+
+test: check-sync lint pytest nbval exercises
+
+execute: $(STAMP)
+	$(PY) tools/execute.py $(NB)
+
+book: $(STAMP)
+	$(PY) tools/book.py
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --notebook-dir=chapters
+
+student: $(STAMP)
+	$(PY) tools/student.py
+
+grade: $(STAMP)
+	$(PY) tools/grade.py $(NB)
+
+clean:
+	rm -rf $(VENV) _build student graded .pytest_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,69 @@
+"""Run chapters top to bottom in a fresh kernel and store their outputs.
+
+    python tools/execute.py [CHAPTER ...]    (.py or .ipynb; default: every chapter)
+
+For each chapter: take the newer of the pair as the source (jupytext --sync),
+execute it in a fresh kernel with chapters/ as the working directory, write the
+executed .ipynb, and rewrite the .py pair from it. Then export the package.
+This is how a committed notebook is produced: never commit one run by hand in
+a kernel that had state from earlier edits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import export  # noqa: E402
+from notebooks import CHAPTERS, ROOT  # noqa: E402
+
+KERNEL = "transformer-book"
+
+
+def execute_notebook(notebook: nbformat.NotebookNode, *, allow_errors: bool = False,
+                     timeout: int = 900) -> nbformat.NotebookNode:
+    """Execute in a fresh kernel, in chapters/, and return the executed notebook."""
+    client = NotebookClient(
+        notebook, timeout=timeout, kernel_name=KERNEL, allow_errors=allow_errors,
+        resources={"metadata": {"path": str(CHAPTERS)}},
+    )
+    client.execute()
+    return notebook
+
+
+def run_chapter(path: Path) -> float:
+    """Sync, execute and store one chapter; return the seconds it took."""
+    ipynb, script = path.with_suffix(".ipynb"), path.with_suffix(".py")
+    subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--sync",
+                    str(script if script.exists() else ipynb)], check=True)
+    notebook = nbformat.read(ipynb, as_version=4)
+    start = time.perf_counter()
+    execute_notebook(notebook)
+    seconds = time.perf_counter() - start
+    nbformat.write(notebook, ipynb)
+    script.write_text(jupytext.writes(notebook, fmt="py:percent"))
+    return seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", type=Path)
+    args = parser.parse_args()
+    paths = args.chapters or sorted(CHAPTERS.glob("*.ipynb"))
+    for path in paths:
+        path = path.resolve()
+        seconds = run_chapter(path)
+        print(f"executed {path.with_suffix('.ipynb').relative_to(ROOT)} in {seconds:.1f}s")
+    return export.main([])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
