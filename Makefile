@@ -70,10 +70,10 @@ lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=chapters
 
 student: $(STAMP)
-	$(PY) tools/student.py
+	$(PY) tools/exercises.py student
 
 grade: $(STAMP)
-	$(PY) tools/grade.py $(NB)
+	$(PY) tools/exercises.py grade $(NB)
 
 clean:
 	rm -rf $(VENV) _build student graded .pytest_cache .ruff_cache .hypothesis

@@ -54,7 +54,10 @@ class Chapter:
 
     @property
     def rel(self) -> str:
-        return self.path.relative_to(ROOT).as_posix()
+        """chapters/NN_name.ipynb (the full path for a notebook outside the repo)."""
+        if self.path.is_relative_to(ROOT):
+            return self.path.relative_to(ROOT).as_posix()
+        return str(self.path)
 
     @property
     def title(self) -> str:

@@ -1,0 +1,251 @@
+"""Exercises: student copies, grading, and the proof that every check can fail.
+
+    python tools/exercises.py student [CHAPTER ...] [--out student]
+        write student copies: each solution region becomes `raise NotImplementedError`,
+        every output is cleared
+    python tools/exercises.py grade STUDENT.ipynb [--chapter CHAPTER] [--json]
+        run a student's notebook in a fresh kernel with the chapter's own checks
+        (so that an edited check cannot pass) and report passed/failed per exercise;
+        exit 0 only if every exercise passed
+    python tools/exercises.py verify [CHAPTER ...]
+        for each chapter: at least three exercises, each followed by its check; every
+        check passed in the committed (nbval-verified) notebook; and every check fails
+        when the student copy is run
+
+An exercise is a code cell with a `### BEGIN SOLUTION` ... `### END SOLUTION`
+region, followed by a code cell whose first line is `#| check NAME`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from execute import execute_notebook  # noqa: E402
+from notebooks import (  # noqa: E402
+    CHAPTERS,
+    ROOT,
+    BookError,
+    Chapter,
+    directive,
+    read_book,
+    read_chapter,
+    solution_regions,
+)
+
+MIN_EXERCISES = 3
+STUB = "raise NotImplementedError"
+
+
+@dataclass
+class Result:
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+# --- student copies -------------------------------------------------------------
+
+def strip_solutions(source: str) -> str:
+    """Replace each solution region (markers included) by an indented stub."""
+    lines = source.splitlines()
+    for begin, end in reversed(solution_regions(source)):
+        indent = re.match(r"\s*", lines[begin]).group(0)
+        lines[begin:end + 1] = [indent + STUB]
+    return "\n".join(lines)
+
+
+def student_copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy with solutions stubbed out and all outputs cleared."""
+    student = copy.deepcopy(notebook)
+    for cell in student.cells:
+        if cell.cell_type == "code":
+            cell.source = strip_solutions(cell.source)
+            cell.outputs = []
+            cell.execution_count = None
+    return student
+
+
+def check_name(cell: nbformat.NotebookNode) -> str | None:
+    """NAME for a code cell whose first line is `#| check NAME`."""
+    if cell.cell_type != "code" or not cell.source.strip():
+        return None
+    found = directive(cell.source.splitlines()[0])
+    return found[1] if found and found[0] == "check" else None
+
+
+# --- grading --------------------------------------------------------------------
+
+def error_of(cell: nbformat.NotebookNode) -> str | None:
+    """'Ename: evalue' of a cell's error output, or None."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return f"{output.get('ename')}: {output.get('evalue')}".strip()
+    return None
+
+
+def grade(student: nbformat.NotebookNode, chapter: Chapter) -> list[Result]:
+    """Run a student's notebook with the chapter's checks; one Result per exercise."""
+    reference = {name: chapter.notebook.cells[i].source for name, i in chapter.checks}
+    notebook = copy.deepcopy(student)
+    present = set()
+    for cell in notebook.cells:
+        name = check_name(cell)
+        if name in reference:
+            cell.source = reference[name]  # the teacher's check, not the student's copy of it
+            present.add(name)
+    timed_out = None
+    try:
+        execute_notebook(notebook, allow_errors=True, timeout=600)
+    except (CellTimeoutError, DeadKernelError) as err:
+        timed_out = f"{type(err).__name__}: the notebook stopped before this check"
+    results = []
+    cells_by_name = {check_name(c): c for c in notebook.cells if check_name(c)}
+    for name, _ in chapter.checks:
+        cell = cells_by_name.get(name)
+        if name not in present or cell is None:
+            results.append(Result(name, False, "check cell missing from the notebook"))
+        elif cell.get("execution_count") is None:
+            results.append(Result(name, False, timed_out or "check cell did not run"))
+        elif (error := error_of(cell)) is not None:
+            results.append(Result(name, False, error))
+        else:
+            results.append(Result(name, True))
+    return results
+
+
+def report(results: list[Result], title: str) -> str:
+    lines = [title]
+    for r in results:
+        lines.append(f"  {'passed' if r.passed else 'FAILED'}  {r.name}"
+                     + (f"  ({r.detail})" if r.detail else ""))
+    passed = sum(r.passed for r in results)
+    lines.append(f"  {passed} of {len(results)} exercises passed")
+    return "\n".join(lines)
+
+
+# --- verification ---------------------------------------------------------------
+
+def structure_problems(chapter: Chapter) -> list[str]:
+    """Exercise layout rules that need no execution."""
+    problems = []
+    names = [name for name, _ in chapter.checks]
+    if len(set(names)) != len(names):
+        problems.append(f"check names repeat: {names}")
+    exported = {index for _, index, _ in chapter.exports}
+    pending = None  # index of a solution cell still waiting for its check
+    solutions = 0
+    for index, cell in enumerate(chapter.notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            regions = solution_regions(cell.source)
+        except BookError as err:
+            problems.append(f"cell {index}: {err}")
+            continue
+        if regions:
+            if index in exported:
+                problems.append(f"cell {index}: a solution region inside an `#| export` cell")
+            if pending is not None:
+                problems.append(f"cell {pending}: solution with no `#| check` cell after it")
+            pending = index
+            solutions += 1
+        elif check_name(cell):
+            pending = None
+    if pending is not None:
+        problems.append(f"cell {pending}: solution with no `#| check` cell after it")
+    if solutions < MIN_EXERCISES:
+        problems.append(f"{solutions} exercises; a chapter needs at least {MIN_EXERCISES}")
+    for name, index in chapter.checks:
+        cell = chapter.notebook.cells[index]
+        if cell.get("execution_count") is None:
+            problems.append(f"check `{name}` was not executed in the committed notebook")
+        elif (error := error_of(cell)) is not None:
+            problems.append(f"check `{name}` fails on the solution: {error}")
+    return problems
+
+
+def verify(chapter: Chapter) -> list[str]:
+    """All problems with a chapter's exercises; empty when they are sound."""
+    problems = structure_problems(chapter)
+    if problems:
+        return problems
+    for result in grade(student_copy(chapter.notebook), chapter):
+        if result.passed:
+            problems.append(f"check `{result.name}` passes on the student stub: it cannot "
+                            "tell a solution from no solution")
+    return problems
+
+
+# --- command line ---------------------------------------------------------------
+
+def chapter_for(student_path: Path, explicit: Path | None) -> Chapter:
+    path = explicit or CHAPTERS / student_path.with_suffix(".ipynb").name
+    if not path.exists():
+        raise BookError(f"no chapter {path.relative_to(ROOT)} to grade {student_path.name} "
+                        "against; name it with --chapter")
+    return read_chapter(path.resolve())
+
+
+def selected(paths: list[Path]) -> list[Chapter]:
+    if not paths:
+        return read_book()
+    return [read_chapter(p.resolve().with_suffix(".ipynb")) for p in paths]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    student = commands.add_parser("student", help="write student copies")
+    student.add_argument("chapters", nargs="*", type=Path)
+    student.add_argument("--out", type=Path, default=ROOT / "student")
+    grader = commands.add_parser("grade", help="grade a student's notebook")
+    grader.add_argument("notebook", type=Path)
+    grader.add_argument("--chapter", type=Path)
+    grader.add_argument("--json", action="store_true", help="print results as JSON")
+    verifier = commands.add_parser("verify", help="prove every check can fail")
+    verifier.add_argument("chapters", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "student":
+            args.out.mkdir(parents=True, exist_ok=True)
+            for chapter in selected(args.chapters):
+                target = args.out / chapter.path.name
+                nbformat.write(student_copy(chapter.notebook), target)
+                print(f"wrote {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}"
+                      f" ({len(chapter.checks)} exercises)")
+            return 0
+        if args.command == "grade":
+            chapter = chapter_for(args.notebook, args.chapter)
+            results = grade(nbformat.read(args.notebook, as_version=4), chapter)
+            if args.json:
+                print(json.dumps([r.__dict__ for r in results], ensure_ascii=False, indent=2))
+            else:
+                print(report(results, f"{args.notebook} (graded against {chapter.rel})"))
+            return 0 if all(r.passed for r in results) else 1
+        failures = 0
+        for chapter in selected(args.chapters):
+            problems = verify(chapter)
+            status = "ok" if not problems else "PROBLEMS"
+            print(f"{chapter.rel}: {len(chapter.checks)} checks, {status}", flush=True)
+            for problem in problems:
+                print(f"  - {problem}")
+            failures += bool(problems)
+        return 1 if failures else 0
+    except BookError as err:
+        print(f"exercises: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
