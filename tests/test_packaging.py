@@ -1,0 +1,38 @@
+"""`pip install .` gives an importable package without the book around it."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_holds_the_package_and_not_the_book(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(tmp_path / "dist"), str(ROOT)],
+        check=True, capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = sorted(p.name for p in (ROOT / "transformer").glob("*.py"))
+    assert sorted(n.split("/")[-1] for n in names if n.startswith("transformer/")
+                  and n.endswith(".py")) == modules
+    shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer").rglob("*.pt")]
+    assert all(s in names for s in shipped), "the shipped checkpoint must be in the wheel"
+    assert not any(n.startswith(("chapters/", "tests/", "tools/")) for n in names)
+
+    # Installed on its own (no repository on the path), it imports and works.
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(target), str(wheel)], check=True, capture_output=True)
+    code = ("import transformer, torch; from transformer import TokenEmbedding; "
+            "print(transformer.__file__); "
+            "print(TokenEmbedding(10, 4)(torch.tensor([[1, 2]])).shape)")
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                         check=True, capture_output=True, text=True).stdout.splitlines()
+    assert out[0].startswith(str(target))
+    assert out[1] == "torch.Size([1, 2, 4])"
