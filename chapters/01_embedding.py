@@ -16,10 +16,166 @@
 # ---
 
 # %% [markdown]
-# # 01 · Embedding (skeleton: to be written as a full chapter)
+# # 01 · Embedding: from token ids to vectors
+#
+# > **How to read this book.** Each chapter adds one piece of an encoder-decoder
+# > Transformer, in the order in which the problem forces it, and every chapter has the
+# > same shape: *the pressure* (what we cannot do yet), *the idea* (with the math), *the
+# > code*, a *shape trace* of our running example, *checks* written as `assert`s, a
+# > *figure*, a bridge to the next chapter, *exercises*, and a *summary*. Run the cells
+# > top to bottom; every number printed here is reproducible. Cells that start with
+# > `#| export` are the book's real code: they are copied into the importable package
+# > `transformer` (here `transformer/embedding.py`), and later chapters import them
+# > instead of writing them again. Exercises hide their solution between
+# > `### BEGIN SOLUTION` and `### END SOLUTION`; the cell after each one checks your answer.
+#
+# The running example of the whole book is one sentence pair, which the finished model
+# will translate:
+#
+# $$\texttt{<bos> I love apples <eos>} \;\longrightarrow\; \texttt{<bos> 我 喜欢 苹果 <eos>}$$
+#
+# This chapter does the very first step: turn the source sentence into numbers that a
+# network can compute with.
 
 # %%
 #| default_exp embedding
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+_ = torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1 · The pressure: a token id is a label, not a number
+#
+# A tokenizer cuts text into tokens and a vocabulary gives every token an integer id.
+# We build a tiny vocabulary from a toy corpus. Four special tokens come first: `<pad>`
+# fills short sentences up to a common length, `<bos>`/`<eos>` mark the beginning and
+# the end of a sentence, and `<unk>` stands for any word the vocabulary does not know.
+
+# %%
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+corpus = ["I love apples", "I love bananas", "you like apples", "she eats pears"]
+
+words = []  # in order of first appearance
+for sentence in corpus:
+    for word in sentence.split():
+        if word not in words:
+            words.append(word)
+itos = SPECIALS + words  # id -> token
+stoi = {token: i for i, token in enumerate(itos)}  # token -> id
+print("vocabulary:", {i: t for i, t in enumerate(itos)})
+
+
+def encode(sentence: str) -> list[int]:
+    """'I love apples' -> [bos, I, love, apples, eos] as ids (unknown words -> <unk>)."""
+    return [stoi["<bos>"]] + [stoi.get(w, stoi["<unk>"]) for w in sentence.split()] + [stoi["<eos>"]]
+
+
+ids = torch.tensor([encode("I love apples")])  # [batch=1, seq=5]
+print("<bos> I love apples <eos> ->", ids.tolist(), "shape", tuple(ids.shape))
+
+# %% [markdown]
+# These ids are what the model receives. Could we feed them to a network as they are,
+# say as one number per position? The trouble is that arithmetic on ids means nothing.
+# The numbering is an accident of how the vocabulary was built: number the same words
+# alphabetically and every "distance" changes, while the language has not changed at all.
+
+# %%
+alpha_itos = SPECIALS + sorted(words)
+alpha = {token: i for i, token in enumerate(alpha_itos)}
+for a, b in [("love", "apples"), ("love", "like")]:
+    print(f"|id({a}) - id({b})|: first-appearance order {abs(stoi[a] - stoi[b])}, "
+          f"alphabetical order {abs(alpha[a] - alpha[b])}")
+print("mean of id(I) and id(apples) =", (stoi["I"] + stoi["apples"]) / 2,
+      "= id of", repr(itos[(stoi["I"] + stoi["apples"]) // 2]))
+
+# %% [markdown]
+# Under one numbering *love* is closer to *apples* than to *like*; under the other it is
+# the reverse; and "the average of *I* and *apples* is *love*" is nonsense. A network
+# that multiplies an id by a weight would be forced to treat tokens with nearby ids
+# alike. An id is a **label**, like a student number: it says *which* token, nothing more.
+
+# %% [markdown]
+# ## 2 · The idea: one-hot vectors, then a learned table
+#
+# The honest numeric form of a label is a **one-hot** vector: for a vocabulary of $V$
+# tokens, token $i$ becomes $e_i \in \{0,1\}^V$, all zeros except a 1 at index $i$. Now
+# no token is closer to any other: every pair of distinct one-hot vectors is orthogonal
+# and at distance $\sqrt 2$.
+
+# %%
+one_hot = F.one_hot(torch.arange(len(itos)), num_classes=len(itos)).float()  # [V, V]
+dist = torch.cdist(one_hot, one_hot)  # [V, V] Euclidean distances
+off_diagonal = dist[~torch.eye(len(itos), dtype=torch.bool)]
+print("distinct one-hot pairs: min distance", f"{off_diagonal.min().item():.4f},",
+      "max distance", f"{off_diagonal.max().item():.4f}", "(sqrt 2 =", f"{math.sqrt(2):.4f})")
+
+# %% [markdown]
+# One-hot vectors are fair but useless as they stand: they are as long as the vocabulary
+# (37 000 in the paper) and they say nothing about meaning. So we multiply by a learned
+# matrix $W_e \in \mathbb{R}^{V \times d_{\text{model}}}$, one row per token:
+#
+# $$x_t = e_{\text{id}_t}^{\top} W_e = W_e[\text{id}_t, :] \in \mathbb{R}^{d_{\text{model}}}.$$
+#
+# Because $e_i$ has a single 1, the product just **selects row $i$**. This is an
+# embedding: a lookup table whose rows are trained with the rest of the model, so that
+# tokens used alike end up with similar vectors. In code nobody builds the one-hot
+# matrix (it would cost $V \times d_{\text{model}}$ multiply-adds per token, almost all
+# by zero); `nn.Embedding` indexes the row directly. Let us check that the two agree.
+
+# %%
+d_model = 8  # small, so that we can print vectors
+table = nn.Embedding(len(itos), d_model)  # W_e: [V, d_model]
+by_lookup = table(ids)  # [1, 5, d_model]
+by_matmul = F.one_hot(ids, num_classes=len(itos)).float() @ table.weight  # [1,5,V] @ [V,d] -> [1,5,d]
+print("lookup", tuple(by_lookup.shape), "one-hot @ W_e", tuple(by_matmul.shape),
+      "max |difference|", f"{(by_lookup - by_matmul).abs().max().item():.1e}")
+print("vector of 'love':", [round(v, 4) for v in by_lookup[0, 2].tolist()])
+print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi["love"]].tolist()])
+
+# %% [markdown]
+# ### The $\sqrt{d_{\text{model}}}$ scale, and why it is there
+#
+# The paper (section 3.4) adds one detail: "in the embedding layers, we multiply those
+# weights by $\sqrt{d_{\text{model}}}$". Two facts explain it.
+#
+# 1. **Tied weights.** The paper shares one matrix between the input embeddings and the
+#    final pre-softmax layer, which computes logits $z = h\,W_e^{\top}$ from a hidden
+#    vector $h$. For those logits to start at a sensible size (entries of order 1, when
+#    $h$ has entries of order 1), the weights must be small: entries with standard
+#    deviation $1/\sqrt{d_{\text{model}}}$, so that a sum of $d_{\text{model}}$ products
+#    has variance 1. A row of such a matrix has norm about $1$.
+# 2. **The positional encoding is added next** (chapter 02). It is made of sines and
+#    cosines, one pair per two dimensions, so each position vector has norm exactly
+#    $\sqrt{d_{\text{model}}/2}$ (16 for $d_{\text{model}} = 512$). A token vector of norm 1
+#    added to that would be drowned by the position.
+#
+# Multiplying the small embedding rows by $\sqrt{d_{\text{model}}}$ gives them entries of
+# order 1 and norm about $\sqrt{d_{\text{model}}}$, the same size as the position signal,
+# while the shared matrix itself stays small for the output layer:
+#
+# $$x_t = \sqrt{d_{\text{model}}}\; W_e[\text{id}_t, :], \qquad W_e \sim \mathcal N\!\left(0, \tfrac{1}{d_{\text{model}}}\right).$$
+#
+# The scale only makes sense together with an initialisation, so the module below chooses
+# both: with `scale=True` it draws $W_e$ with standard deviation
+# $d_{\text{model}}^{-1/2}$; with `scale=False` it keeps PyTorch's default $\mathcal N(0, 1)$.
+# Either way the output entries start with variance 1. Section 5 measures the
+# alternatives.
+
+# %% [markdown]
+# ## 3 · The code
+#
+# `TokenEmbedding` wraps `nn.Embedding` (kept as the attribute `.embedding`, so that a
+# later chapter can tie the output layer to `.embedding.weight`). It checks its input,
+# because a wrong id is a silent bug otherwise: a float id would be rejected deep inside
+# PyTorch with a message that does not name the argument, and an id past the vocabulary
+# raises a bare "index out of range" (or, on a GPU, a device-side assert).
 
 # %%
 #| export
@@ -29,30 +185,394 @@ import torch
 from torch import Tensor, nn
 
 
+def _check_positive_int(name: str, value: object) -> None:
+    # bool is a subclass of int, but True is not a size.
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 class TokenEmbedding(nn.Module):
     """Look up a learned vector for each token id.
 
-    ids [batch, seq] (integer) -> vectors [batch, seq, d_model], multiplied by
-    sqrt(d_model) when scale=True (the paper's choice).
+    ids [batch, seq] (any integer tensor [...]) -> vectors [batch, seq, d_model]
+    ([..., d_model]), multiplied by sqrt(d_model) when scale=True (the paper's choice).
+
+    Initialisation: weights ~ N(0, init_std**2), where init_std defaults to
+    d_model**-0.5 when scale=True and to 1.0 when scale=False, so that the output
+    entries start with unit variance either way. The row at padding_idx starts at zero
+    and receives no gradient. The table is `self.embedding` (an nn.Embedding), whose
+    `.weight` [vocab_size, d_model] an output layer may share (tied weights).
     """
 
     def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None,
-                 scale: bool = True):
+                 scale: bool = True, init_std: float | None = None):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        _check_positive_int("vocab_size", vocab_size)
+        _check_positive_int("d_model", d_model)
+        if padding_idx is not None and (
+            not isinstance(padding_idx, int) or isinstance(padding_idx, bool)
+            or not -vocab_size <= padding_idx < vocab_size
+        ):
+            raise ValueError(
+                f"padding_idx must be None or an integer id in [0, {vocab_size - 1}] "
+                f"(vocab_size={vocab_size}), got {padding_idx!r}"
+            )
+        if init_std is None:
+            init_std = d_model ** -0.5 if scale else 1.0
+        if not isinstance(init_std, (int, float)) or isinstance(init_std, bool) or init_std <= 0:
+            raise ValueError(f"init_std must be a positive number, got {init_std!r}")
         self.vocab_size, self.d_model = vocab_size, d_model
+        self.init_std = float(init_std)
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
-        self.scale = math.sqrt(d_model) if scale else 1.0
+        self.scale = math.sqrt(d_model) if scale else 1.0  # the multiplier applied in forward
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the table [vocab_size, d_model] from N(0, init_std**2); zero the padding row."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=self.init_std)
+        if self.embedding.padding_idx is not None:
+            with torch.no_grad():
+                self.embedding.weight[self.embedding.padding_idx].zero_()
 
     def forward(self, ids: Tensor) -> Tensor:
-        """ids [batch, seq] -> [batch, seq, d_model]."""
+        """ids [batch, seq] (integer) -> [batch, seq, d_model] (any leading shape works)."""
+        if not isinstance(ids, Tensor):
+            raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise TypeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
+            raise TypeError(f"ids must be an integer tensor (token ids are labels), got dtype {ids.dtype}")
         if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise IndexError(
                 f"ids must lie in [0, {self.vocab_size - 1}] (vocab_size={self.vocab_size}), "
                 f"got values in [{int(ids.min())}, {int(ids.max())}]"
             )
-        return self.embedding(ids) * self.scale
+        return self.embedding(ids) * self.scale  # [..., d_model]
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale:.4g}, init_std={self.init_std:.4g}"
+
+
+# %% [markdown]
+# ## 4 · Shape trace of the running example
+#
+# One sentence is a batch of one: ids `[1, 5]` become vectors `[1, 5, d_model]`. Here
+# $d_{\text{model}} = 8$, so $\sqrt{d_{\text{model}}} \approx 2.83$.
+
+# %%
+embed = TokenEmbedding(vocab_size=len(itos), d_model=8)
+print(embed)
+x = embed(ids)
+print("tokens ", [itos[i] for i in ids[0].tolist()])
+print("ids    ", tuple(ids.shape), ids.dtype)
+print("one-hot", (*ids.shape, len(itos)), "(never built; the lookup is equivalent)")
+print("W_e    ", tuple(embed.embedding.weight.shape))
+print("x      ", tuple(x.shape), x.dtype)
+
+# %% [markdown]
+# ## 5 · Checks
+#
+# The invariants of this step, as assertions: the lookup equals one-hot times the
+# (scaled) table; the same token gets the same vector wherever it stands; the scale is
+# exactly $\sqrt{d_{\text{model}}}$; the padding row is zero and is never trained; and
+# bad input is refused with an error that names the argument.
+
+# %%
+V, D = len(itos), 8
+embed = TokenEmbedding(V, D, padding_idx=stoi["<pad>"])
+batch = torch.tensor([encode("I love apples"), encode("you like apples")])  # [2, 5]
+out = embed(batch)  # [2, 5, 8]
+
+# lookup == one-hot @ W_e, times sqrt(d_model)
+assert torch.allclose(out, F.one_hot(batch, V).float() @ embed.embedding.weight * math.sqrt(D))
+# context-free: 'apples' gets the same vector in both sentences, whatever surrounds it
+assert torch.equal(out[0, 3], out[1, 3])
+# the scale is a pure multiplier
+plain = TokenEmbedding(V, D, scale=False)
+plain.embedding.weight.data.copy_(embed.embedding.weight.data)
+assert torch.allclose(embed(batch), plain(batch) * math.sqrt(D))
+
+# padding: the row is zero, and a gradient never reaches it
+padded = torch.tensor([encode("I love apples") + [stoi["<pad>"]] * 2])  # [1, 7]
+embed(padded).sum().backward()
+grad = embed.embedding.weight.grad  # [V, D]
+assert torch.all(embed.embedding.weight[stoi["<pad>"]] == 0)
+assert torch.all(grad[stoi["<pad>"]] == 0)
+# only the rows that were looked up get a gradient: the update is sparse
+touched = set(grad.abs().sum(dim=1).nonzero().flatten().tolist())
+assert touched == set(padded.flatten().tolist()) - {stoi["<pad>"]}, touched
+print("rows with a gradient:", sorted(touched), "=", [itos[i] for i in sorted(touched)])
+
+# %%
+def raises(error: type[Exception], fn, *args, **kwargs) -> str:
+    """Call fn and return the message of the expected error (fail if none is raised)."""
+    try:
+        fn(*args, **kwargs)
+    except error as err:
+        return str(err)
+    raise AssertionError(f"{fn} did not raise {error.__name__}")
+
+
+message = raises(IndexError, embed, torch.tensor([[1, 99]]))
+assert "ids" in message
+print("IndexError:", message)
+message = raises(TypeError, embed, torch.tensor([[1.0, 4.0]]))
+assert "ids" in message
+print("TypeError: ", message)
+for kwargs in [dict(vocab_size=0, d_model=8), dict(vocab_size=13, d_model=-8),
+               dict(vocab_size=13.0, d_model=8)]:
+    message = raises(ValueError, TokenEmbedding, **kwargs)
+    assert message.split()[0] in kwargs
+    print("ValueError:", message)
+
+# %% [markdown]
+# ### Initialisation, measured
+#
+# Which initialisation goes with the scale? We compare three for
+# $d_{\text{model}} = 512$ and the paper's shared vocabulary of 37 000 tokens, by the
+# average norm of a token vector *as it enters the model* (after the scale, when used).
+# The yardstick is the positional encoding of chapter 02, of norm $\sqrt{512/2} = 16$.
+# We also measure the standard deviation of tied-output logits $h\,W_e^{\top}$ for a
+# hidden vector $h$ with unit-variance entries.
+#
+# * PyTorch's default for `nn.Embedding`: $\mathcal N(0, 1)$;
+# * the scaled initialisation of `TokenEmbedding(scale=True)`: $\mathcal N(0, 1/d_{\text{model}})$;
+# * Xavier-uniform, which many implementations (and chapter 08) apply to every matrix:
+#   $\mathcal U(\pm a)$ with $a = \sqrt{6/(V + d_{\text{model}})}$, so the size depends on $V$.
+
+# %%
+V_paper, D_paper = 37_000, 512
+pe_norm = math.sqrt(D_paper / 2)
+weights = {
+    "N(0, 1) default": nn.Embedding(V_paper, D_paper).weight.detach(),
+    "N(0, 1/d) scaled": TokenEmbedding(V_paper, D_paper).embedding.weight.detach(),
+    "Xavier uniform": nn.init.xavier_uniform_(torch.empty(V_paper, D_paper)),
+}
+h = torch.randn(64, D_paper)  # 64 hidden vectors with unit-variance entries
+norms = {}  # name -> (norm without scale, norm with scale)
+print(f"{'initialisation':18} {'std(W)':>8} {'|row|':>8} {'|row|*sqrt(d)':>14} {'std(logits)':>12}")
+for name, w in weights.items():
+    row_norm = w.norm(dim=1).mean().item()
+    norms[name] = (row_norm, row_norm * math.sqrt(D_paper))
+    logits = h @ w.T  # [64, V]: tied output layer
+    print(f"{name:18} {w.std().item():8.4f} {row_norm:8.2f} {norms[name][1]:14.2f} "
+          f"{logits.std().item():12.2f}")
+print(f"positional encoding norm: {pe_norm:.2f}")
+
+# %% [markdown]
+# The numbers tell the story. With PyTorch's default, scaling makes token vectors of norm
+# about 512, thirty times the position signal, and tied logits would start with a standard
+# deviation of about 23 (a softmax that is certain of a random answer). Without scaling,
+# the default init is already position-sized, but cannot be tied. The scaled init is the
+# only one that works for both jobs: norm about 22.6 at the input, logits of standard
+# deviation about 1 at the output. Xavier makes the table tiny for a large vocabulary
+# (norm about 4 even after scaling, so position dominates at the start); models that use it
+# still train, because the embeddings grow, but it is worth knowing what the scale is for.
+
+# %%
+assert math.isclose(weights["N(0, 1/d) scaled"].std().item(), D_paper ** -0.5, rel_tol=0.01)
+assert 0.9 < norms["N(0, 1/d) scaled"][1] / math.sqrt(D_paper) < 1.1  # input norm ~ sqrt(d)
+assert norms["N(0, 1) default"][1] > 25 * pe_norm  # default + scale drowns the position
+
+# %% [markdown]
+# ## 6 · Figures
+#
+# Left: the table $W_e$ (one row per token of our toy vocabulary) with the rows of the
+# running example marked. Right: what the lookup returns, the same five rows in sentence
+# order, times $\sqrt{d_{\text{model}}}$. The padding row is the empty stripe at the top.
+
+# %%
+embed = TokenEmbedding(len(itos), 16, padding_idx=stoi["<pad>"])
+with torch.no_grad():
+    table_scaled = embed.embedding.weight * embed.scale  # [V, 16]
+    x = embed(ids)[0]  # [5, 16]
+lim = table_scaled.abs().max().item()
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 0.75]})
+ax1.imshow(table_scaled, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+ax1.set_yticks(range(len(itos)), itos)
+for i in ids[0].tolist():
+    ax1.add_patch(plt.Rectangle((-0.5, i - 0.5), 16, 1, fill=False, edgecolor="black", lw=2))
+ax1.set(title=r"table $\sqrt{d}\,W_e$: one row per token", xlabel="dimension")
+im = ax2.imshow(x, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
+ax2.set_yticks(range(5), [f"{itos[i]}  (id {i})" for i in ids[0].tolist()])
+ax2.set(title="lookup: <bos> I love apples <eos>", xlabel="dimension")
+fig.colorbar(im, ax=ax2, fraction=0.05)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# And the measurement of section 5 as a picture: the norm of a token vector entering the
+# model, for each initialisation, without and with the $\sqrt{d_{\text{model}}}$ scale,
+# against the norm of the positional encoding it will be added to (log scale).
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.8))
+names = list(norms)
+positions = torch.arange(len(names)).float()
+ax.bar(positions - 0.2, [norms[n][0] for n in names], width=0.4, label="without scale")
+ax.bar(positions + 0.2, [norms[n][1] for n in names], width=0.4, label=r"with $\times\sqrt{d_{model}}$")
+ax.axhline(pe_norm, color="black", ls="--", label=r"positional encoding, $\sqrt{d/2}=16$")
+ax.set_yscale("log")
+ax.set_xticks(positions.tolist(), names)
+ax.set(ylabel="mean vector norm", title=r"token vector size, $d_{model}=512$, $V=37000$")
+ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 7 · What we can do now, and what is still missing
+#
+# We can turn any batch of token ids `[B, T]` into vectors `[B, T, d_model]` that the
+# rest of the network can compute with, and that training can move so that similar
+# tokens get similar vectors. But each vector depends on its token **only**. The lookup
+# knows neither *where* a token stands nor *what* stands around it:
+
+# %%
+embed = TokenEmbedding(len(itos), 8)
+a = embed(torch.tensor([encode("I love apples")]))[0]  # [5, 8]
+b = embed(torch.tensor([encode("apples love I")]))[0]  # [5, 8]: same words, reversed
+print("same set of vectors, only reordered:", torch.equal(a[[0, 3, 2, 1, 4]], b))
+print("a summary that ignores order cannot tell them apart:", torch.allclose(a.sum(0), b.sum(0)))
+
+# %% [markdown]
+# *I love apples* and *apples love I* are the same bag of vectors. Two things are missing:
+#
+# * **order**: which position each token occupies. Chapter 02 adds a positional encoding
+#   to each vector (that is why the scale above is measured against it);
+# * **context**: *love* should read differently after *I* than after *you*, and *apples*
+#   should be able to look at *love*. Chapter 03 introduces attention, which lets each
+#   position read the others.
+
+# %% [markdown]
+# ## 8 · Exercises
+#
+# Each exercise is a function to complete between `### BEGIN SOLUTION` and
+# `### END SOLUTION`; the cell after it checks your answer. The exercises are
+# independent of each other.
+#
+# ### Exercise 1 · One-hot lookup
+# Write `one_hot_lookup(ids, weight)` that computes an embedding lookup **without
+# indexing**: build the one-hot vectors of `ids` (any shape) and multiply them by
+# `weight` (`[V, d]`). The check compares your result with `nn.Embedding` on a batch of
+# random ids.
+
+# %%
+def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
+    ### BEGIN SOLUTION
+    return F.one_hot(ids, num_classes=weight.size(0)).to(weight.dtype) @ weight
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-one-hot
+_table = nn.Embedding(50, 6)
+_ids = torch.randint(0, 50, (3, 7))
+_out = one_hot_lookup(_ids, _table.weight)
+assert _out.shape == (3, 7, 6), _out.shape
+assert torch.allclose(_out, _table(_ids), atol=1e-6)
+print("ex1-one-hot passed")
+
+# %% [markdown]
+# ### Exercise 2 · Ids are labels: renumber the vocabulary
+# Suppose we renumber the vocabulary: the token with old id `i` gets the new id
+# `perm[i]`, where `perm` is a permutation of `0 .. V-1`. Write `renumber(weight, perm)`
+# that returns the table `new_weight` (`[V, d]`) for the new numbering, so that every
+# token keeps its vector: `new_weight[perm[i]] == weight[i]` for all `i`. The check
+# renumbers a table at random and verifies that a sentence gets exactly the same vectors
+# under both numberings. (The moral: the numbers themselves carry nothing; only the rows do.)
+
+# %%
+def renumber(weight: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """weight [V, d], perm [V] (old id -> new id) -> new_weight [V, d]."""
+    ### BEGIN SOLUTION
+    new_weight = torch.empty_like(weight)
+    new_weight[perm] = weight
+    return new_weight
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-renumber
+_w = torch.randn(13, 4)
+_perm = torch.randperm(13, generator=torch.Generator().manual_seed(1))
+_new = renumber(_w, _perm)
+assert _new.shape == _w.shape
+_sentence = torch.tensor([1, 4, 5, 6, 2])
+assert torch.equal(_new[_perm[_sentence]], _w[_sentence])  # same vectors, new labels
+assert not torch.equal(_new, _w)
+print("ex2-renumber passed")
+
+# %% [markdown]
+# ### Exercise 3 · The scaled initialisation
+# Write `init_scaled_(embedding)` that fills an `nn.Embedding`'s weight **in place** from
+# $\mathcal N(0, 1/d)$ (with $d$ = `embedding.embedding_dim`), sets the row at
+# `embedding.padding_idx` to zero when there is one, and returns the module. The check
+# starts from PyTorch's default init and tests the standard deviation, the padding row,
+# and that scaled vectors then have norm close to $\sqrt d$.
+
+# %%
+def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
+    """Fill embedding.weight [V, d] from N(0, 1/d) in place, zero the padding row; return it."""
+    ### BEGIN SOLUTION
+    d = embedding.embedding_dim
+    with torch.no_grad():
+        embedding.weight.normal_(0.0, d ** -0.5)
+        if embedding.padding_idx is not None:
+            embedding.weight[embedding.padding_idx].zero_()
+    return embedding
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-init
+_emb = nn.Embedding(2000, 256, padding_idx=0)
+_ret = init_scaled_(_emb)
+assert _ret is _emb
+assert abs(_emb.weight[1:].std().item() - 256 ** -0.5) < 0.002, _emb.weight.std().item()
+assert torch.all(_emb.weight[0] == 0)
+_norm = (_emb.weight[1:] * math.sqrt(256)).norm(dim=1).mean().item()
+assert abs(_norm - math.sqrt(256)) < 0.5, _norm
+print("ex3-init passed")
+
+# %% [markdown]
+# ### Exercise 4 · Which rows does a batch train?
+# An embedding's gradient is *sparse*: a batch only updates the rows of the tokens it
+# contains. Write `rows_updated(vocab_size, d_model, ids, padding_idx)` that builds a
+# `TokenEmbedding` with that padding index, runs `ids` through it, calls `.backward()` on
+# the sum of the output, and returns the sorted list of row indices whose gradient is not
+# zero. Predict the answer for the check's batch before you run it.
+
+# %%
+def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: int) -> list[int]:
+    """ids [B, T] -> sorted row indices of the table that receive a non-zero gradient."""
+    ### BEGIN SOLUTION
+    module = TokenEmbedding(vocab_size, d_model, padding_idx=padding_idx)
+    module(ids).sum().backward()
+    grad = module.embedding.weight.grad  # [vocab_size, d_model]
+    return grad.abs().sum(dim=1).nonzero().flatten().tolist()
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-sparse-grad
+_batch = torch.tensor([[1, 4, 5, 6, 2, 0, 0], [1, 9, 10, 6, 2, 0, 0]])
+assert rows_updated(13, 8, _batch, padding_idx=0) == [1, 2, 4, 5, 6, 9, 10]
+print("ex4-sparse-grad passed")
+
+# %% [markdown]
+# ## 9 · Summary
+#
+# * A token id is a **label**: its size and the distances between ids mean nothing, and
+#   renumbering the vocabulary changes nothing real.
+# * An embedding is a learned table $W_e \in \mathbb{R}^{V\times d_{\text{model}}}$; looking
+#   up row $i$ is exactly multiplying the one-hot vector $e_i$ by $W_e$, done without the
+#   multiplication.
+# * The paper multiplies the looked-up vectors by $\sqrt{d_{\text{model}}}$. Paired with an
+#   $\mathcal N(0, 1/d_{\text{model}})$ initialisation this gives vectors of norm about
+#   $\sqrt{d_{\text{model}}}$ at the input (the size of the positional encoding, 16 for
+#   $d_{\text{model}}=512$) and logits of standard deviation about 1 when the same matrix
+#   is tied to the output layer. With PyTorch's default $\mathcal N(0,1)$ the scale would
+#   make token vectors about 30 times larger than the position signal.
+# * `transformer.TokenEmbedding(vocab_size, d_model, padding_idx=None, scale=True)` maps
+#   `[B, T]` ids to `[B, T, d_model]` and refuses float ids, ids outside the vocabulary and
+#   non-positive sizes with an error that names the argument.
+# * Still missing: order (chapter 02) and context (chapter 03).

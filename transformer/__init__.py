@@ -4,7 +4,7 @@
 The public API, in the order the book builds it.
 """
 
-# chapter 01: Embedding (skeleton: to be written as a full chapter)
+# chapter 01: Embedding: from token ids to vectors
 from transformer.embedding import TokenEmbedding
 # chapter 02: Positional encoding (skeleton: to be written as a full chapter)
 from transformer.positional import PositionalEncoding
