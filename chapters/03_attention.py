@@ -16,10 +16,141 @@
 # ---
 
 # %% [markdown]
-# # 03 · Single-head attention (skeleton: to be written as a full chapter)
+# # 03 · Single-head attention
+#
+# Chapters 01 and 02 turned each token of `<bos> I love apples <eos>` into a vector
+# that says *what* the token is and *where* it stands. This chapter gives each position
+# the power to **read the other positions**: scaled dot-product attention, the one
+# operation the whole Transformer is built around.
 
 # %%
 #| default_exp attention
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from transformer.embedding import TokenEmbedding
+from transformer.positional import PositionalEncoding
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+# %% [markdown]
+# ## 1 · The pressure: every position is still alone
+#
+# Our running example, the source sentence of the translation
+# `<bos> I love apples <eos>` → `<bos> 我 喜欢 苹果 <eos>`, as ids in a tiny vocabulary
+# (id 0 is kept for padding, which chapter 04 needs):
+
+# %%
+src_vocab = ["<pad>", "<bos>", "<eos>", "I", "love", "apples", "you"]
+stoi = {token: i for i, token in enumerate(src_vocab)}
+tokens = ["<bos>", "I", "love", "apples", "<eos>"]
+ids = torch.tensor([[stoi[t] for t in tokens]])  # [B=1, T=5]
+
+d_model = 16
+embed = TokenEmbedding(len(src_vocab), d_model)
+positional = PositionalEncoding(d_model, max_len=32, dropout=0.0)
+x = positional(embed(ids))  # [1, 5, 16]: what each token is, and where it stands
+print("ids", tuple(ids.shape), "-> x", tuple(x.shape))
+
+# %% [markdown]
+# Everything we have so far acts on **one position at a time**. A layer such as
+# `nn.Linear` applied to `x` computes the vector at position $i$ from $x_i$ alone. So
+# nothing at the position of `love` can tell whether the sentence goes on with `apples`
+# (喜欢, "like") or with `you` (爱, "love" a person). Watch: change the fourth word and
+# look at what a per-position layer gives at the other positions.
+
+# %%
+per_position = nn.Linear(d_model, d_model)
+ids_you = ids.clone()
+ids_you[0, 3] = stoi["you"]  # <bos> I love you <eos>
+x_you = positional(embed(ids_you))
+
+with torch.no_grad():
+    change = (per_position(x) - per_position(x_you)).abs().amax(dim=-1)[0]  # [5]
+for token, c in zip(tokens, change.tolist(), strict=True):
+    print(f"{token:>7}: output changed by {c:.4f}")
+assert change[[0, 1, 2, 4]].eq(0).all()  # only the edited position moved
+
+# %% [markdown]
+# Only position 3 moved. The translation of `love` depends on its neighbours, so we need
+# an operation in which position $i$ can **look at every position $j$ and decide how
+# much to take from each**.
+
+# %% [markdown]
+# ## 2 · The idea: a soft dictionary lookup
+#
+# A Python `dict` maps a query to the value whose key matches it *exactly*. Attention
+# makes that lookup soft and learnable. From each position's vector $x_i$ we compute
+# three vectors with three learned matrices:
+#
+# * the **query** $q_i = x_i W_Q$: what position $i$ is looking for;
+# * the **key** $k_j = x_j W_K$: what position $j$ offers to be matched against;
+# * the **value** $v_j = x_j W_V$: what position $j$ hands over if it is chosen.
+#
+# Position $i$ scores every key by a dot product (large when $q_i$ and $k_j$ point the
+# same way), turns the scores into weights with a softmax, and takes the weighted
+# average of the values. For all positions at once, with $X \in \mathbb{R}^{T\times d_{\text{model}}}$:
+#
+# $$
+# Q = XW_Q,\quad K = XW_K,\quad V = XW_V, \qquad
+# \operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^\top}{\sqrt{d_k}}\right)V .
+# $$
+#
+# The softmax acts on each row: $A_{ij} = e^{S_{ij}} / \sum_{j'} e^{S_{ij'}}$ with
+# $S = QK^\top/\sqrt{d_k}$. So every row of $A$ is non-negative and **sums to 1**, and
+# output row $i$, $\sum_j A_{ij} v_j$, is a weighted average of the value vectors.
+# Why divide by $\sqrt{d_k}$ (the size of a key) is section 6; it is measured there, not
+# taken on trust.
+#
+# A hand-made lookup first, with no learning at all. The keys are one-hot (each token
+# "offers" its own identity), and the query asks mostly for `apples`, a little for `love`.
+# A sharpness factor multiplies the scores:
+
+# %%
+keys = torch.eye(5)  # [5 keys, 5]: key j offers "I am token j"
+query = torch.tensor([0.0, 0.0, 1.0, 3.0, 0.0])  # wants apples (3), a bit of love (1)
+for sharpness in (0.0, 1.0, 5.0):
+    w = torch.softmax(sharpness * (keys @ query), dim=-1)  # [5]
+    print(f"sharpness {sharpness:>3}: " + "  ".join(f"{t}={p:.3f}" for t, p in zip(tokens, w.tolist(), strict=True)))
+
+# %% [markdown]
+# At sharpness 0 every key gets the same weight (a plain average); as it grows, the
+# weights approach a one-hot vector: an ordinary exact lookup. A learned attention head
+# lives in between, and the scale of the scores decides where. Remember this: it is the
+# whole story of $\sqrt{d_k}$.
+
+# %% [markdown]
+# ## 3 · The code
+#
+# The formula, as a teaching version in three lines (not exported):
+
+# %%
+def attention_v0(q, k, v):
+    """q [B, Tq, d_k], k [B, Tk, d_k], v [B, Tk, d_v] -> (out [B, Tq, d_v], weights [B, Tq, Tk])."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, Tq, Tk]
+    weights = torch.softmax(scores, dim=-1)  # each row sums to 1
+    return weights @ v, weights  # [B, Tq, d_v]
+
+
+# %% [markdown]
+# The exported version adds four things the rest of the book needs:
+#
+# * **a mask** (`mask=None` here). Chapter 04 explains it: it is how the decoder is kept
+#   from peeking at the future and how padding is ignored. Its convention: a boolean
+#   tensor where **True means "may attend"**, as in
+#   `torch.nn.functional.scaled_dot_product_attention`.
+# * **leading dimensions** `...`: the same function serves one head `[B, T, d_k]` here and
+#   many heads `[B, heads, T, d_k]` in chapter 05.
+# * `dropout_p` (dropout on the weights, used when training, chapter 05) and `scale`
+#   (default $1/\sqrt{d_k}$; section 6 sets it to 1 to show what goes wrong without it).
+# * **cheap input checks**: a few integer comparisons, so that a mistake fails with a
+#   message that names the argument instead of a matmul error deep inside. The function
+#   runs in every layer of every training step, so there are no Python loops and no
+#   checks that touch the data.
 
 # %%
 #| export
@@ -27,53 +158,521 @@ import math
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise a clear error unless q, k, v have compatible [..., len, dim] shapes."""
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            "q, k, v must have shape [..., len, dim]; got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if q.size(-1) != k.size(-1) or q.size(-1) == 0:
+        raise ValueError(
+            f"q and k must share a positive last dimension d_k: q [..., q_len, d_k] is "
+            f"{tuple(q.shape)}, k [..., k_len, d_k] is {tuple(k.shape)}"
+        )
+    if k.size(-2) != v.size(-2):
+        raise ValueError(
+            f"k and v must have the same length k_len: k [..., k_len, d_k] is "
+            f"{tuple(k.shape)}, v [..., k_len, d_v] is {tuple(v.shape)}"
+        )
+
+
+def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
+    """Raise unless mask is bool and broadcasts to the scores [..., q_len, k_len]."""
+    if mask.dtype != torch.bool:
+        # A float mask is refused, never guessed at: 0/1 "keep" masks and 0/-inf additive
+        # masks are both float, and they mean opposite things at 0.
+        raise TypeError(
+            f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
+            "for an additive float mask (0 = keep, -inf = block) pass `mask == 0`"
+        )
+    try:
+        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
+            f"[..., q_len, k_len] = {tuple(scores_shape)}"
+        )
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q k^T / sqrt(d_k)) v, returning (output, weights).
 
-    q: [..., q_len, d_k], k: [..., k_len, d_k], v: [..., k_len, d_v].
-    mask: optional boolean tensor broadcastable to [..., q_len, k_len];
-    True means "may attend" (as in torch.nn.functional.scaled_dot_product_attention).
-    A query row that may attend to nothing gets all-zero weights and output.
-    Returns output [..., q_len, d_v] and weights [..., q_len, k_len].
+    q: [..., q_len, d_k], k: [..., k_len, d_k], v: [..., k_len, d_v]; the leading
+    dimensions (batch, heads) broadcast.
+    mask: optional bool tensor broadcastable to [..., q_len, k_len]; True means
+    "may attend", as in torch.nn.functional.scaled_dot_product_attention
+    (torch.nn.MultiheadAttention's masks use the opposite convention). A query row
+    that may attend to nothing gets all-zero weights and output, never NaN.
+    dropout_p: dropout probability on the weights (pass 0.0 when not training).
+    scale: factor on the scores; default 1 / sqrt(d_k).
+    Returns output [..., q_len, d_v] and weights [..., q_len, k_len], the weights
+    actually applied (after mask and dropout), so that output == weights @ v.
     """
-    d_k = q.size(-1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # [..., q_len, k_len]
+    _check_qkv(q, k, v)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.size(-1))
+    scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
     if mask is None:
-        weights = torch.softmax(scores, dim=-1)
+        weights = scores.softmax(dim=-1)
     else:
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
-        try:
-            torch.broadcast_shapes(mask.shape, scores.shape)
-        except RuntimeError:
-            raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores "
-                f"[..., q_len, k_len] = {tuple(scores.shape)}"
-            ) from None
-        # A large finite negative, not -inf: a row with nothing visible then
-        # stays finite (uniform), and multiplying by the mask turns it into zeros.
+        _check_mask(mask, scores.shape)
+        # The most negative finite number, not -inf (chapter 04): next to any visible key
+        # it still gets weight exactly 0, and a row with no visible key stays finite
+        # (uniform) instead of 0/0 = NaN; multiplying by the mask then zeroes that row.
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = torch.softmax(scores, dim=-1) * mask
-    return weights @ v, weights
+        weights = scores.softmax(dim=-1) * mask
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
 
 
+# %% [markdown]
+# A single attention head over a sequence attending to itself (*self*-attention: queries,
+# keys and values all come from the same `x`) wraps the three projections around it:
+
+# %%
+#| export
 class SingleHeadSelfAttention(nn.Module):
     """One attention head over a sequence attending to itself.
 
-    Input [batch, seq, d_model] -> output [batch, seq, d_k], weights [batch, seq, seq].
+    x [batch, seq, d_model] -> (output [batch, seq, d_k], weights [batch, seq, seq]).
+    d_k defaults to d_model; values have the same size d_k. mask: optional bool,
+    True = may attend, broadcastable to [batch, seq, seq] (see chapter 04).
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None):
+    def __init__(self, d_model: int, d_k: int | None = None, bias: bool = True):
         super().__init__()
         d_k = d_model if d_k is None else d_k
-        self.q_proj = nn.Linear(d_model, d_k)
-        self.k_proj = nn.Linear(d_model, d_k)
-        self.v_proj = nn.Linear(d_model, d_k)
+        for name, value in (("d_model", d_model), ("d_k", d_k)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.d_model, self.d_k = d_model, d_k
+        self.q_proj = nn.Linear(d_model, d_k, bias=bias)  # W_Q: what each position looks for
+        self.k_proj = nn.Linear(d_model, d_k, bias=bias)  # W_K: what each position offers
+        self.v_proj = nn.Linear(d_model, d_k, bias=bias)  # W_V: what each position hands over
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """x: [batch, seq, d_model] -> (output [batch, seq, d_k], weights [batch, seq, seq])."""
+        """x [batch, seq, d_model] -> (output [batch, seq, d_k], weights [batch, seq, seq])."""
+        if x.dim() != 3 or x.size(-1) != self.d_model:
+            raise ValueError(
+                f"x must have shape [batch, seq, d_model={self.d_model}], got {tuple(x.shape)}"
+            )
         return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
+
+
+# %% [markdown]
+# ## 4 · The shape trace on the running example
+#
+# One head with $d_k = 8$ (smaller than $d_{\text{model}} = 16$, so that the two sizes can
+# be told apart in the trace):
+
+# %%
+attn = SingleHeadSelfAttention(d_model, d_k=8)
+with torch.no_grad():
+    q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    out, weights = attn(x)
+print(f"x        {tuple(x.shape)}   [B, T, d_model]")
+print(f"q, k, v  {tuple(q.shape)}    [B, T, d_k]")
+print(f"scores   {tuple(scores.shape)}    [B, T, T]   = q @ k^T / sqrt(d_k)")
+print(f"weights  {tuple(weights.shape)}    [B, T, T]   softmax over the last axis (the keys)")
+print(f"output   {tuple(out.shape)}    [B, T, d_k] = weights @ v")
+
+# %% [markdown]
+# Row $i$ of the weights is how position $i$ spreads its attention over the five tokens:
+
+# %%
+print("query \\ key " + "".join(f"{t:>8}" for t in tokens))
+for t, row in zip(tokens, weights[0].tolist(), strict=True):
+    print(f"{t:>11} " + "".join(f"{p:8.3f}" for p in row))
+
+# %% [markdown]
+# ## 5 · Checks
+#
+# The invariants, as assertions that run every time the chapter does.
+
+# %%
+# Every row of weights is a probability distribution over the keys.
+assert (weights >= 0).all()
+assert torch.allclose(weights.sum(dim=-1), torch.ones(1, 5))
+# The output is exactly the weighted average of the values.
+assert torch.allclose(out, weights @ v)
+# The teaching version and the exported one agree.
+out0, weights0 = attention_v0(q, k, v)
+assert torch.allclose(out0, out) and torch.allclose(weights0, weights)
+# And both agree with PyTorch's own implementation.
+assert torch.allclose(F.scaled_dot_product_attention(q, k, v), out, atol=1e-6)
+print("rows sum to 1; output == weights @ v; equal to attention_v0 and to PyTorch")
+
+# %% [markdown]
+# ### Without positions, attention cannot tell order
+#
+# Nothing in the formula looks at *where* a token stands: the scores compare vectors, and
+# the weighted sum does not care in which order the values are listed. So if the input is
+# permuted, the output is permuted the same way and is otherwise unchanged:
+# self-attention is **permutation-equivariant**,
+# $\operatorname{Attn}(PX) = P\,\operatorname{Attn}(X)$ for any permutation matrix $P$.
+# Shuffle `<bos> I love apples <eos>` into `<eos> apples love I <bos>`, first without
+# the positional encoding of chapter 02, then with it:
+
+# %%
+perm = torch.tensor([4, 3, 2, 1, 0])
+with torch.no_grad():
+    bare = embed(ids)  # [1, 5, 16] token vectors only
+    gap_bare = (attn(bare[:, perm])[0] - attn(bare)[0][:, perm]).abs().max().item()
+    gap_pos = (attn(positional(bare[:, perm]))[0] - attn(positional(bare))[0][:, perm]).abs().max().item()
+print(f"without positions: max |Attn(PX) - P Attn(X)| = {gap_bare:.6f}")
+print(f"with positions:    max |Attn(PX) - P Attn(X)| = {gap_pos:.4f}")
+assert gap_bare < 1e-5 and gap_pos > 0.1
+
+# %% [markdown]
+# Without positions, `apples` gets the same output vector in either sentence: "I love
+# apples" and "apples love I" are the same bag of words to attention. That is why
+# chapter 02's encoding is added *before* attention.
+
+# %% [markdown]
+# ### Bad input fails loudly
+#
+# A mismatch of sizes gets a message that names the argument and the expected shape:
+
+# %%
+for bad in (
+    lambda: scaled_dot_product_attention(torch.randn(1, 5, 8), torch.randn(1, 5, 4), torch.randn(1, 5, 8)),
+    lambda: scaled_dot_product_attention(torch.randn(1, 5, 8), torch.randn(1, 5, 8), torch.randn(1, 4, 8)),
+    lambda: attn(torch.randn(5, 16)),
+    lambda: SingleHeadSelfAttention(16, d_k=0),
+):
+    try:
+        bad()
+    except ValueError as err:
+        print("ValueError:", err)
+    else:
+        raise AssertionError("bad input was accepted")
+
+# %% [markdown]
+# ## 6 · Why divide by $\sqrt{d_k}$
+#
+# **The variance of a dot product grows with $d_k$.** Suppose the components of $q$ and
+# $k$ are independent with mean 0 and variance 1 (roughly what a well-initialised layer
+# produces). Then $q\cdot k = \sum_{m=1}^{d_k} q_m k_m$ is a sum of $d_k$ independent terms,
+# each of mean 0 and variance $\mathbb{E}[q_m^2]\,\mathbb{E}[k_m^2] = 1$, so
+#
+# $$ \operatorname{Var}(q\cdot k) = d_k, \qquad \operatorname{Var}\!\left(\frac{q\cdot k}{\sqrt{d_k}}\right) = 1 .$$
+#
+# Measured on 5 000 random pairs per size:
+
+# %%
+gen = torch.Generator().manual_seed(0)
+sizes = [1, 4, 16, 64, 256, 1024]
+variance_raw, variance_scaled = [], []
+lines = ["   d_k   Var(q.k)   Var(q.k)/d_k   Var(q.k/sqrt(d_k))"]
+for d_k in sizes:
+    qs = torch.randn(5_000, d_k, generator=gen).double()
+    ks = torch.randn(5_000, d_k, generator=gen).double()
+    dots = (qs * ks).sum(dim=-1)  # [5000]: one dot product per pair
+    variance_raw.append(dots.var().item())
+    variance_scaled.append((dots / math.sqrt(d_k)).var().item())
+    lines.append(f"{d_k:>6} {variance_raw[-1]:>10.1f} {variance_raw[-1] / d_k:>14.2f} {variance_scaled[-1]:>20.2f}")
+print("\n".join(lines))
+assert all(0.9 < r / d < 1.1 for r, d in zip(variance_raw, sizes, strict=True))
+assert all(0.9 < s < 1.1 for s in variance_scaled)
+
+# %% [markdown]
+# **Large scores saturate the softmax, and its gradient vanishes.** The softmax's
+# Jacobian is
+#
+# $$ \frac{\partial A_i}{\partial S_j} = A_i(\delta_{ij} - A_j), $$
+#
+# which is zero wherever $A$ is one-hot: if one score dwarfs the others, the weights are
+# (almost) 0 and 1, and a small change of any score changes nothing, so no gradient flows
+# back into $W_Q$ and $W_K$. Unscaled scores have standard deviation $\sqrt{d_k}$, 8 for
+# the paper's $d_k = 64$: the sharpness knob of section 2 turned far up. We measure both
+# effects for one query against $T = 10$ random keys, with and without the division:
+
+# %%
+def softmax_stats(d_k: int, scaled: bool, rows: int = 1_000, T: int = 10) -> tuple[float, float]:
+    """Mean largest weight and mean Frobenius norm of the softmax Jacobian."""
+    qs = torch.randn(rows, 1, d_k, generator=gen)
+    ks = torch.randn(rows, T, d_k, generator=gen)
+    s = (qs @ ks.transpose(-2, -1)).squeeze(1)  # [rows, T]
+    if scaled:
+        s = s / math.sqrt(d_k)
+    a = s.softmax(dim=-1)  # [rows, T]
+    jacobian = torch.diag_embed(a) - a.unsqueeze(-1) * a.unsqueeze(-2)  # [rows, T, T]
+    return a.max(dim=-1).values.mean().item(), jacobian.norm(dim=(-2, -1)).mean().item()
+
+
+stats = {scaled: [softmax_stats(d, scaled) for d in sizes] for scaled in (False, True)}
+print("   d_k   max weight (raw / scaled)   |Jacobian| (raw / scaled)")
+for i, d_k in enumerate(sizes):
+    (m_raw, j_raw), (m_sc, j_sc) = stats[False][i], stats[True][i]
+    print(f"{d_k:>6}        {m_raw:.3f} / {m_sc:.3f}              {j_raw:.3f} / {j_sc:.3f}")
+
+# %%
+i64 = sizes.index(64)
+assert stats[False][i64][0] > 0.8 > 0.5 > stats[True][i64][0]  # raw: nearly one-hot
+assert stats[False][i64][1] < 0.5 * stats[True][i64][1]  # raw: far weaker gradient
+assert all(abs(stats[True][i][0] - stats[True][0][0]) < 0.1 for i in range(len(sizes)))  # scaled: flat in d_k
+
+# %% [markdown]
+# The figure puts the three measurements side by side.
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+axes[0].loglog(sizes, variance_raw, "o-", label=r"$q\cdot k$")
+axes[0].loglog(sizes, variance_scaled, "s-", label=r"$q\cdot k/\sqrt{d_k}$")
+axes[0].loglog(sizes, sizes, "k:", label=r"$d_k$")
+axes[0].set(xlabel=r"$d_k$", ylabel="variance", title="score variance grows with $d_k$")
+for scaled, style, name in ((False, "o-", "raw"), (True, "s-", r"scaled by $1/\sqrt{d_k}$")):
+    axes[1].semilogx(sizes, [m for m, _ in stats[scaled]], style, label=name)
+    axes[2].semilogx(sizes, [j for _, j in stats[scaled]], style, label=name)
+axes[1].set(xlabel=r"$d_k$", ylabel="mean largest weight", ylim=(0, 1.05),
+            title="raw scores: softmax saturates")
+axes[2].set(xlabel=r"$d_k$", ylabel=r"mean $\|\partial A/\partial S\|_F$", ylim=(0, None),
+            title="raw scores: gradient vanishes")
+for ax in axes:
+    ax.legend()
+    ax.grid(alpha=0.3)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Raw scores push the largest weight towards 1 and the Jacobian towards 0 as $d_k$ grows;
+# divided by $\sqrt{d_k}$, both stay where they were at $d_k = 1$, whatever the size of
+# the head. `scale=1.0` turns the division off, so the same effect can be seen end to end,
+# through our own function and autograd: the gradient reaching each of 200 queries of a
+# $d_k = 256$ head that attends over 10 keys.
+
+# %%
+qs = torch.randn(1, 200, 256, generator=gen, requires_grad=True)
+ks = torch.randn(1, 10, 256, generator=gen)
+vs = torch.randn(1, 10, 256, generator=gen)
+dead, median, lines = {}, {}, []
+for name, scale in (("raw (scale=1)", 1.0), ("scaled (default)", None)):
+    out_s, _ = scaled_dot_product_attention(qs, ks, vs, scale=scale)
+    (g,) = torch.autograd.grad(out_s.sum(), qs)
+    per_query = g.norm(dim=-1)[0]  # [200]: |d loss / d q_i| for each query
+    dead[name] = (per_query < 1e-3).float().mean().item()
+    median[name] = per_query.median().item()
+    lines.append(f"{name:>17}: queries with |grad| < 1e-3: {dead[name]:5.1%}   median |grad| {median[name]:.3f}")
+print("\n".join(lines))
+assert dead["raw (scale=1)"] > 0.1 and dead["scaled (default)"] == 0.0
+assert median["raw (scale=1)"] < 0.5 * median["scaled (default)"]
+
+# %% [markdown]
+# Without the division, about a fifth of the queries receive no gradient at all: their softmax
+# is saturated, so $W_Q$ and $W_K$ cannot learn from them. (The few unsaturated rows get
+# gradients $\sqrt{d_k}$ times too large instead: training is both stalled and jumpy.)
+
+# %% [markdown]
+# ## 7 · The attention heatmap of the running example
+#
+# The weights of our (untrained) head on `<bos> I love apples <eos>`, next to a
+# hand-made head in the style of section 2, whose queries were written by hand: the verb
+# `love` looks for its subject `I` and its object `apples`, the two nouns look at the
+# verb, and the markers look at themselves. The trained head has random weights, so its
+# pattern means nothing yet: it shows the *shape* of what attention computes, one
+# distribution per query row. Training (chapter 09) is what turns the left picture into
+# something like the right one.
+
+# %%
+wants = torch.tensor([  # row i: how much query i asks for each key (one-hot keys as above)
+    [3.0, 0, 0, 0, 0],  # <bos>  -> itself
+    [0, 0, 3, 0, 0],  # I      -> love
+    [0, 2, 0, 2, 0],  # love   -> I and apples
+    [0, 0, 3, 0, 0],  # apples -> love
+    [0, 0, 0, 0, 3],  # <eos>  -> itself
+])
+_, by_hand = scaled_dot_product_attention(wants, keys, keys, scale=1.0)  # [5, 5]
+assert torch.allclose(by_hand.sum(-1), torch.ones(5))
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+for ax, w, title in ((axes[0], weights[0], "untrained head"),
+                     (axes[1], by_hand, "hand-made head: verb <-> arguments")):
+    image = ax.imshow(w.detach(), cmap="viridis", vmin=0, vmax=1)
+    ax.set_xticks(range(5), tokens)
+    ax.set_yticks(range(5), tokens)
+    ax.set(xlabel="key (attended to)", title=title)
+    for r, c in [(r, c) for r in range(5) for c in range(5)]:
+        p = w[r, c].item()
+        ax.text(c, r, f"{p:.2f}", ha="center", va="center", color="w" if p < 0.6 else "k", fontsize=8)
+axes[0].set_ylabel("query (attending)")
+fig.colorbar(image, ax=axes, shrink=0.8, label="weight (each row sums to 1)")
+plt.show()
+
+# %% [markdown]
+# ## What we can do now / what is still missing
+#
+# **Now:** every position can read every other position, with weights it computes from
+# the content (and, thanks to chapter 02, the position) of the tokens. One function,
+# `scaled_dot_product_attention`, does this for any batch and any number of heads, and
+# `SingleHeadSelfAttention` wraps it with the three projections.
+#
+# **Still missing:**
+# * On the **target** side, `<bos> 我 喜欢 苹果 <eos>` is fed to the decoder all at once
+#   during training. With attention as it is, the position that must *predict* 苹果
+#   could simply look at 苹果. The decoder must not peek: that is the `mask` argument,
+#   and chapter 04. The same mask also hides padding in a batch of sentences of unequal
+#   length.
+# * One head computes **one** notion of relevance. `love` needs its subject and its
+#   object at once; chapter 05 runs several heads side by side.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a check cell below it. Make the check pass; do not edit the check.
+
+# %% [markdown]
+# ### Exercise 1 · Attention weights by hand, without overflow
+# Write `attention_weights(q, k)`: the weights $\operatorname{softmax}(qk^\top/\sqrt{d_k})$
+# for `q [..., Tq, d_k]` and `k [..., Tk, d_k]`, **without** calling `torch.softmax`
+# (or `F.softmax`, `F.scaled_dot_product_attention` or our function). Use `torch.exp`.
+# A naive `exp` overflows on large scores: subtract each row's maximum first (why does
+# that not change the result?). The check compares with our function, including on
+# scores in the thousands.
+
+# %%
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    ### BEGIN SOLUTION
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [..., Tq, Tk]
+    scores = scores - scores.amax(dim=-1, keepdim=True)  # largest is 0: exp never overflows
+    e = torch.exp(scores)
+    return e / e.sum(dim=-1, keepdim=True)
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-weights
+_g = torch.Generator().manual_seed(1)
+for _scale in (1.0, 1000.0):  # 1000: scores in the thousands
+    _q = _scale * torch.randn(2, 3, 4, 8, generator=_g)
+    _k = torch.randn(2, 3, 6, 8, generator=_g)
+    _w = attention_weights(_q, _k)
+    _, _expected = scaled_dot_product_attention(_q, _k, torch.zeros(2, 3, 6, 1))
+    assert _w.shape == (2, 3, 4, 6), f"weights should be [2, 3, 4, 6], got {tuple(_w.shape)}"
+    assert not torch.isnan(_w).any(), "NaN in the weights: subtract the row maximum before exp"
+    assert torch.allclose(_w, _expected, atol=1e-6), "weights differ from softmax(q k^T / sqrt(d_k))"
+print("ex1 passed")
+
+# %% [markdown]
+# ### Exercise 2 · From a soft lookup to a hard one
+# Write `soft_lookup(query, keys, values, sharpness)` for one query `[d]`, keys `[n, d]`
+# and values `[n, d_v]`: the values averaged with weights
+# $\operatorname{softmax}(\text{sharpness}\cdot K q)$, a vector `[d_v]` (you may use
+# `torch.softmax`). The check tests the two limits of section 2: at sharpness 0 you must
+# get the plain mean of the values, and at a large sharpness the value of the best
+# matching key, as a Python `dict` would.
+
+# %%
+def soft_lookup(query, keys, values, sharpness):
+    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
+    ### BEGIN SOLUTION
+    weights = torch.softmax(sharpness * (keys @ query), dim=-1)  # [n]
+    return weights @ values  # [d_v]
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-lookup
+_g = torch.Generator().manual_seed(2)
+_keys = torch.randn(6, 4, generator=_g)
+_values = torch.randn(6, 3, generator=_g)
+_query = _keys[4] + 0.1 * torch.randn(4, generator=_g)  # closest to key 4
+assert soft_lookup(_query, _keys, _values, 0.0).shape == (3,)
+assert torch.allclose(soft_lookup(_query, _keys, _values, 0.0), _values.mean(dim=0), atol=1e-6)
+assert torch.allclose(soft_lookup(_query, _keys, _values, 200.0), _values[4], atol=1e-4)
+_w = torch.softmax(1.5 * (_keys @ _query), dim=-1)
+assert torch.allclose(soft_lookup(_query, _keys, _values, 1.5), _w @ _values, atol=1e-6)
+print("ex2 passed")
+
+# %% [markdown]
+# ### Exercise 3 · Self-attention from raw matrices
+# Write `self_attention(x, w_q, w_k, w_v)`: single-head self-attention from plain weight
+# matrices (no `nn.Linear`, no bias), `x [B, T, d_model]`, each `w [d_model, d_k]`,
+# returning the output `[B, T, d_k]`. You may call `scaled_dot_product_attention`. The
+# check copies your matrices into a `SingleHeadSelfAttention` without bias and compares.
+# (Careful: `nn.Linear` stores its weight as `[out, in]`.)
+
+# %%
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    ### BEGIN SOLUTION
+    out, _ = scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+    return out
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-raw
+_g = torch.Generator().manual_seed(3)
+_x = torch.randn(2, 5, 6, generator=_g)
+_wq, _wk, _wv = (torch.randn(6, 4, generator=_g) for _ in range(3))
+_head = SingleHeadSelfAttention(6, d_k=4, bias=False)
+with torch.no_grad():
+    for _lin, _w in ((_head.q_proj, _wq), (_head.k_proj, _wk), (_head.v_proj, _wv)):
+        _lin.weight.copy_(_w.T)
+    _expected, _ = _head(_x)
+_got = self_attention(_x, _wq, _wk, _wv)
+assert _got.shape == (2, 5, 4), f"output should be [2, 5, 4], got {tuple(_got.shape)}"
+assert torch.allclose(_got, _expected, atol=1e-5), "output differs from SingleHeadSelfAttention"
+print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Where does the attention go?
+# The **entropy** of an attention row, $H_i = -\sum_j A_{ij}\log A_{ij}$, measures how
+# spread out it is: $\log T$ for a uniform row over $T$ keys, 0 for a one-hot row. Write
+# `attention_entropy(weights)` for weights `[..., Tq, Tk]`, returning `[..., Tq]`, with
+# $0\log 0 = 0$ (so no NaN on one-hot rows). The check also uses it to confirm section 6:
+# unscaled scores of a $d_k = 256$ head have far lower entropy than scaled ones.
+
+# %%
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    ### BEGIN SOLUTION
+    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-entropy
+_uniform = torch.full((2, 3, 8), 1 / 8)
+assert torch.allclose(attention_entropy(_uniform), torch.full((2, 3), math.log(8)), atol=1e-6)
+_onehot = torch.eye(8).expand(2, 8, 8)
+_h = attention_entropy(_onehot)
+assert _h.shape == (2, 8) and not torch.isnan(_h).any() and _h.abs().max() < 1e-6
+_g = torch.Generator().manual_seed(4)
+_q, _k = torch.randn(1, 10, 256, generator=_g), torch.randn(1, 10, 256, generator=_g)
+_, _raw = scaled_dot_product_attention(_q, _k, _k, scale=1.0)
+_, _scaled = scaled_dot_product_attention(_q, _k, _k)
+assert attention_entropy(_raw).mean() < 0.5 * attention_entropy(_scaled).mean()
+print("ex4 passed")
+
+# %% [markdown]
+# ## Summary
+#
+# * Attention is a soft dictionary lookup: queries are matched against keys by dot
+#   products, a row-wise softmax turns the scores into weights, and each output is the
+#   weighted average of the values:
+#   $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$, shapes
+#   `[B, T, d] → [B, T, T] → [B, T, d]`.
+# * Every row of weights is non-negative and sums to 1 (asserted above).
+# * Dividing by $\sqrt{d_k}$ keeps the scores at unit variance whatever the head size;
+#   without it the softmax saturates and its gradient vanishes (measured above).
+# * Without positions, self-attention is permutation-equivariant: it sees a bag of words.
+# * Exported: `scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, scale=None)`
+#   returning `(output, weights)`, and `SingleHeadSelfAttention`. The `mask` (True = may
+#   attend) is chapter 04.

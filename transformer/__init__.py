@@ -8,7 +8,7 @@ The public API, in the order the book builds it.
 from transformer.embedding import TokenEmbedding
 # chapter 02: Positional encoding (skeleton: to be written as a full chapter)
 from transformer.positional import PositionalEncoding
-# chapter 03: Single-head attention (skeleton: to be written as a full chapter)
+# chapter 03: Single-head attention
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 # chapter 04: The causal mask (skeleton: to be written as a full chapter)
 from transformer.masks import causal_mask, padding_mask, combine_masks
