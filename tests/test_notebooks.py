@@ -50,3 +50,25 @@ def test_chapter_has_a_bridge_exercises_and_a_summary(chapter):
 
 def test_chapters_are_numbered_without_gaps():
     assert [c.number for c in CHAPTERS] == list(range(1, len(CHAPTERS) + 1))
+
+
+def test_nbval_fails_when_a_stored_output_of_chapter_01_changes(tmp_path):
+    """nbval is strict: a changed stored output is caught (the check can fail)."""
+    import subprocess
+
+    import nbformat
+
+    notebook = nbformat.read(ROOT / "chapters" / "01_embedding.ipynb", as_version=4)
+    cell = next(c for c in notebook.cells if c.cell_type == "code"
+                and any(o.output_type == "stream" for o in c.outputs))
+    stream = next(o for o in cell.outputs if o.output_type == "stream")
+    stream.text = stream.text.replace("1", "7", 1) if "1" in stream.text else stream.text + "x"
+    nbformat.write(notebook, tmp_path / "01_embedding.ipynb")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=",
+         "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
+         str(ROOT / "tools" / "sanitize.cfg"), str(tmp_path / "01_embedding.ipynb")],
+        cwd=tmp_path, capture_output=True, text=True,
+    )
+    assert run.returncode == 1, run.stdout[-2000:]
+    assert "1 failed" in run.stdout
