@@ -16,10 +16,234 @@
 # ---
 
 # %% [markdown]
-# # 07 · Encoder and decoder blocks (skeleton: to be written as a full chapter)
+# # 07 · Encoder and decoder blocks
+#
+# Chapters 05 and 06 gave us the two working parts of a Transformer layer:
+# multi-head attention, which lets every position read the others, and the
+# position-wise feed-forward network, which transforms each position on its own.
+# This chapter wraps them into **blocks** that can be stacked many layers deep,
+# and stacks them: the **encoder** that reads `<bos> I love apples <eos>`, and the
+# **decoder** that writes `<bos> 我 喜欢 苹果 <eos>` while reading the encoder's output.
+#
+# Two small structural pieces make the stacking work: the **residual path** and
+# **layer normalisation**. Where to put the normalisation (after the residual sum,
+# as in the paper, or before the sublayer) is a real design decision, and we
+# measure why.
 
 # %%
 #| default_exp blocks
+
+# %%
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer.feedforward import FeedForward
+from transformer.masks import causal_mask, padding_mask
+from transformer.multihead import MultiHeadAttention
+
+torch.manual_seed(0)
+torch.set_printoptions(precision=4, sci_mode=False)
+
+# %% [markdown]
+# ## 1 · The pressure: attention and FFN do not stack on their own
+#
+# The obvious way to build a deep model from our two parts is to chain them:
+# attention, FFN, attention, FFN, ... Let us do that with the running example's
+# source sentence, five tokens with random 32-dimensional embeddings, and watch
+# what happens to the five token vectors as they pass through the layers.
+#
+# We track one number per layer: the mean cosine similarity between the vectors
+# of different tokens. At the input it is near 0 (five unrelated vectors). If it
+# approaches 1, every token carries the same vector, and the sentence has been
+# washed out: no later layer can tell "I" from "apples" any more.
+
+# %%
+src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
+tgt_tokens = ["<bos>", "我", "喜欢", "苹果", "<eos>"]
+d_model, num_heads, d_ff = 32, 4, 128
+
+x_src = torch.randn(1, len(src_tokens), d_model)  # [1, 5, 32]: embeddings + positions, say
+
+
+def mean_cosine(x: torch.Tensor) -> float:
+    """Mean cosine similarity between the vectors of different positions of x [1, T, d]."""
+    v = F.normalize(x[0], dim=-1)  # [T, d]
+    sim = v @ v.T  # [T, T]
+    t = sim.size(0)
+    return ((sim.sum() - sim.diagonal().sum()) / (t * (t - 1))).item()
+
+
+depth = 6  # the paper's number of layers
+naive_layers = [(MultiHeadAttention(d_model, num_heads), FeedForward(d_model, d_ff, dropout=0.0))
+                for _ in range(depth)]
+
+x = x_src
+naive_cos, naive_std = [mean_cosine(x)], [x.std().item()]
+with torch.no_grad():
+    for attn, ffn in naive_layers:
+        x = ffn(attn(x, x, x)[0])  # no residual path, no normalisation
+        naive_cos.append(mean_cosine(x))
+        naive_std.append(x.std().item())
+
+print("layer   mean cosine   std of activations")
+for layer in range(depth + 1):
+    print(f"{layer:5d}   {naive_cos[layer]:11.4f}   {naive_std[layer]:.2e}")
+
+# %% [markdown]
+# Two things go wrong at once.
+#
+# * **The tokens collapse onto one vector.** Attention computes weighted *averages*
+#   of the value vectors, and averaging pulls vectors together. After a few layers
+#   every position holds nearly the same vector (cosine near 1): the order and the
+#   identity of the words are gone. (Dong et al., 2021, prove that pure attention
+#   loses rank doubly exponentially with depth.)
+# * **The scale drifts.** Each sublayer multiplies the activations by some factor
+#   that depends on its weights; over many layers these factors compound, here
+#   towards zero. Gradients travel back through the same chain of factors, so
+#   they shrink or blow up in the same way.
+#
+# We need a way to let each sublayer *add* information to a token without
+# overwriting what is already there, and a way to keep the scale fixed.
+
+# %% [markdown]
+# ## 2 · The idea: residual paths and layer normalisation
+#
+# **Residual path.** Instead of replacing $x$ by $F(x)$, a sublayer adds its output
+# to its input:
+# $$ x \;\leftarrow\; x + F(x). $$
+# The identity term carries each token's own vector straight through, so a sublayer
+# only has to learn a *correction*. Backwards, the derivative is
+# $\partial(x + F(x))/\partial x = I + \partial F/\partial x$: the identity gives the
+# gradient a path that no weight can block.
+#
+# **Layer normalisation.** For one token's vector $x \in \mathbb{R}^{d}$ (one
+# position of one sentence), LayerNorm subtracts the mean and divides by the standard
+# deviation **over its $d$ features**, then applies a learned scale $\gamma$ and shift $\beta$:
+# $$ \mu = \frac{1}{d}\sum_{i=1}^{d} x_i, \qquad
+#    \sigma^2 = \frac{1}{d}\sum_{i=1}^{d} (x_i - \mu)^2, \qquad
+#    \operatorname{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta. $$
+# Each token is normalised on its own: nothing from other tokens or other sentences
+# enters its statistics.
+#
+# **Where the norm goes.** The paper applies the norm after the residual sum
+# (**Post-LN**); many later models apply it to the sublayer's input (**Pre-LN**):
+# $$ \text{Post-LN:}\quad x \leftarrow \operatorname{LN}\big(x + F(x)\big), \qquad\qquad
+#    \text{Pre-LN:}\quad x \leftarrow x + F\big(\operatorname{LN}(x)\big). $$
+# In Pre-LN the residual stream itself is never normalised, so a Pre-LN stack ends
+# with one final LayerNorm.
+#
+# Let us first check that LayerNorm is what the formula says.
+
+# %%
+def layer_norm_reference(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """The formula above with gamma = 1, beta = 0: x [..., d] -> [..., d]."""
+    mu = x.mean(-1, keepdim=True)
+    var = x.var(-1, unbiased=False, keepdim=True)  # 1/d, not 1/(d-1)
+    return (x - mu) / torch.sqrt(var + eps)
+
+
+ln = nn.LayerNorm(d_model)  # gamma = 1, beta = 0 at initialisation
+print("max |ours - nn.LayerNorm|:", f"{(layer_norm_reference(x_src) - ln(x_src)).abs().max().item():.1e}")
+y = ln(x_src)
+print("per-token mean:", [round(v, 4) + 0.0 for v in y.mean(-1)[0].tolist()])
+print("per-token std: ", [round(v, 4) for v in y.std(-1, unbiased=False)[0].tolist()])
+
+# %% [markdown]
+# ### Why LayerNorm and not BatchNorm?
+#
+# BatchNorm, the standard choice for images, normalises each **feature** using
+# statistics over the whole **batch** (for sequences: over every sentence and every
+# position). Seed 003 sums up the difference:
+#
+# | | BatchNorm | LayerNorm |
+# |---|---|---|
+# | statistics over | the batch (sentences × positions), per feature | the features of one token |
+# | a token's output depends on | every other token in the batch, padding included | that token only |
+# | train vs inference | batch statistics vs running averages | identical |
+# | variable-length sequences | fragile | natural |
+#
+# Padding makes the difference concrete. Take a batch that holds our running
+# example (5 tokens) next to a longer sentence, so that ours is padded; the padding
+# vectors are zeros. We normalise it with each method, then change only how much
+# padding there is, or which sentence sits next to ours, and see whether the output
+# for `<bos> I love apples <eos>` changes.
+
+# %%
+torch.manual_seed(1)
+ours = torch.randn(5, d_model) + 0.5  # the running example's 5 token vectors
+partner_a = torch.randn(7, d_model)  # a 7-token sentence
+partner_b = 2 * torch.randn(9, d_model) - 1  # a different, 9-token sentence
+
+
+def pad_batch(sentences: list[torch.Tensor], length: int) -> torch.Tensor:
+    """Stack [T_i, d] sentences into [B, length, d], padding with zero vectors."""
+    out = torch.zeros(len(sentences), length, d_model)
+    for i, s in enumerate(sentences):
+        out[i, : s.size(0)] = s
+    return out
+
+
+bn = nn.BatchNorm1d(d_model)  # training mode: normalises with the batch's statistics
+
+
+def batch_norm_seq(x: torch.Tensor) -> torch.Tensor:
+    """BatchNorm over [B, T, d]: statistics per feature over all B*T positions."""
+    return bn(x.transpose(1, 2)).transpose(1, 2)  # BatchNorm1d wants [B, d, T]
+
+
+batches = {
+    "partner A, padded to 7": pad_batch([ours, partner_a], 7),
+    "partner A, padded to 12": pad_batch([ours, partner_a], 12),
+    "partner B, padded to 9": pad_batch([ours, partner_b], 9),
+}
+reference = None
+print(f"{'batch':26s} {'BatchNorm change':>17s} {'LayerNorm change':>17s}")
+for name, batch in batches.items():
+    out_bn, out_ln = batch_norm_seq(batch)[0, :5], ln(batch)[0, :5]  # our 5 real tokens
+    if reference is None:
+        reference = (out_bn, out_ln)
+    change_bn = (out_bn - reference[0]).abs().max().item()
+    change_ln = (out_ln - reference[1]).abs().max().item()
+    print(f"{name:26s} {change_bn:17.4f} {change_ln:17.4f}")
+
+# %% [markdown]
+# With BatchNorm, the vectors for *our* sentence change when the batch is padded
+# further or when a different sentence shares the batch: the zero vectors of the
+# padding and the other sentence's tokens enter every feature's mean and variance.
+# A translation should not depend on which sentences happen to share its batch.
+# Excluding the padding from the statistics would fix only the first column; the
+# second remains. At inference time the problem changes shape instead of going
+# away: a decoder generates one token at a time, often for a single sentence, so
+# BatchNorm must fall back to running averages collected during training, on
+# batches that looked different. LayerNorm has none of these problems, because a
+# token's statistics come from that token alone.
+
+# %%
+assert (batch_norm_seq(batches["partner A, padded to 12"])[0, :5]
+        - batch_norm_seq(batches["partner A, padded to 7"])[0, :5]).abs().max() > 1e-2
+assert torch.allclose(ln(batches["partner A, padded to 12"])[0, :5],
+                      ln(batches["partner B, padded to 9"])[0, :5])
+
+# %% [markdown]
+# ## 3 · The code
+#
+# ### The encoder block
+#
+# An encoder block has two sublayers, each wrapped as above:
+# $$ x \leftarrow \operatorname{LN}_1\big(x + \operatorname{Dropout}(\operatorname{SelfAttn}(x))\big), \qquad
+#    x \leftarrow \operatorname{LN}_2\big(x + \operatorname{Dropout}(\operatorname{FFN}(x))\big) $$
+# (Post-LN; Pre-LN moves each LN inside). The dropout on each sublayer's output is
+# the paper's "residual dropout". The attribute names (`self_attn`, `ffn`, `norm1`,
+# `norm2`, `dropout1`, `dropout2`) follow `torch.nn.TransformerEncoderLayer`, so
+# that the weights map one to one; the tests check that both give the same outputs.
+#
+# The mask is boolean with **True = may attend**, broadcastable to
+# `[batch, heads, q_len, k_len]` (as in `F.scaled_dot_product_attention`; note that
+# `torch.nn.MultiheadAttention` and the `nn.Transformer*` layers use the opposite
+# convention). For the encoder it is the source padding mask `[B, 1, 1, S]`.
 
 # %%
 #| export
@@ -29,49 +253,103 @@ from transformer.feedforward import FeedForward
 from transformer.multihead import MultiHeadAttention
 
 
-class EncoderBlock(nn.Module):
-    """Self-attention then FFN, each wrapped in a residual path and LayerNorm.
+def _check_stream(x: Tensor, d_model: int, name: str) -> None:
+    """Raise a ValueError unless x is [batch, seq, d_model]."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape [batch, seq, {d_model}], got {shape}")
 
-    norm_first=False is the paper's Post-LN: x = norm(x + sublayer(x));
-    norm_first=True is Pre-LN: x = x + sublayer(norm(x)).
-    [batch, src_len, d_model] -> [batch, src_len, d_model].
+
+class EncoderBlock(nn.Module):
+    """Self-attention then FFN, each wrapped in a residual path and a LayerNorm.
+
+    norm_first=False is the paper's Post-LN: x = norm(x + dropout(sublayer(x)));
+    norm_first=True is Pre-LN: x = x + dropout(sublayer(norm(x))).
+    forward(x [batch, src_len, d_model], src_mask) -> [batch, src_len, d_model].
+    src_mask: bool, True = may attend, broadcastable to [batch, heads, src_len, src_len]
+    (usually the padding mask [batch, 1, 1, src_len]).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False):
         super().__init__()
+        self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
-        self.dropout1 = nn.Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)  # residual dropout on each sublayer's output
         self.dropout2 = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask)[0])
+        return self.dropout1(self.self_attn(x, x, x, mask)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout2(self.ffn(x))
+        return self.dropout2(self.ffn(x))  # [B, S, d_model]
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        if self.norm_first:
+        """x [batch, src_len, d_model] -> [batch, src_len, d_model]."""
+        _check_stream(x, self.d_model, "x")
+        if self.norm_first:  # Pre-LN: the residual stream itself is never normalised
             x = x + self._sa_block(self.norm1(x), src_mask)
             return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask))
+        x = self.norm1(x + self._sa_block(x, src_mask))  # Post-LN (the paper)
         return self.norm2(x + self._ff_block(x))
+
+
+# %% [markdown]
+# ### The decoder block
+#
+# The decoder has to do two different kinds of reading, so it has one attention
+# sublayer more than the encoder (seed 000, step 8):
+#
+# 1. **masked self-attention**: query = key = value = the target so far; the causal
+#    mask of chapter 04 stops position $t$ from reading positions after $t$;
+# 2. **cross-attention**: query = the decoder's state, key = value = the encoder's
+#    output (the **memory**); the source padding mask hides padded source tokens;
+# 3. the **FFN**.
+#
+# Each of the three is wrapped with a residual path and its own LayerNorm
+# (`norm1`, `norm2`, `norm3`). Cross-attention is the only place where the target
+# side reads the source: remove it and the decoder becomes a language model that
+# never sees the sentence it should translate.
+#
+# The `cache` argument is a hook for chapter 10's fast generation (the KV cache):
+# a dict with sub-dicts `"self"` and `"cross"` that the two attention sublayers fill
+# with their keys and values, so that generating token $t+1$ does not recompute
+# tokens $0..t$, and the memory's keys and values are projected once per sentence
+# (`static_kv=True`). With `cache=None`, the default, nothing changes; chapter 10
+# explains it.
+
+# %%
+#| export
+def _attend(attn: MultiHeadAttention, query: Tensor, kv: Tensor, mask: Tensor | None,
+            cache: dict | None, static_kv: bool = False) -> Tensor:
+    """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through the KV cache if one is given."""
+    if cache is None:
+        return attn(query, kv, kv, mask)[0]
+    return attn(query, kv, kv, mask, cache=cache, static_kv=static_kv)[0]
 
 
 class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention on the encoder memory, then FFN.
 
-    x: [batch, tgt_len, d_model], memory: [batch, src_len, d_model]
-    -> [batch, tgt_len, d_model].
+    Each sublayer has a residual path and a LayerNorm (norm1, norm2, norm3); Post-LN
+    (the paper) by default, Pre-LN with norm_first=True.
+    forward(x [batch, tgt_len, d_model], memory [batch, src_len, d_model], tgt_mask,
+    memory_mask, cache) -> [batch, tgt_len, d_model].
+    Masks are bool, True = may attend: tgt_mask broadcastable to
+    [batch, heads, tgt_len, tgt_len] (causal AND padding), memory_mask to
+    [batch, heads, tgt_len, src_len] (the source padding mask [batch, 1, 1, src_len]).
+    cache: None, or a dict whose sub-dicts "self" and "cross" (created if absent)
+    hold the attention keys/values for incremental decoding (chapter 10).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False):
         super().__init__()
+        self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
@@ -83,32 +361,63 @@ class DecoderBlock(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask)[0])
+    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: dict | None = None) -> Tensor:
+        return self.dropout1(_attend(self.self_attn, x, x, mask, cache))  # [B, T, d_model]
 
-    def _mha_block(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout2(self.cross_attn(x, memory, memory, mask)[0])
+    def _mha_block(self, x: Tensor, memory: Tensor, mask: Tensor | None,
+                   cache: dict | None = None) -> Tensor:
+        # query from the target, keys and values from the source: [B, T, d_model]
+        return self.dropout2(_attend(self.cross_attn, x, memory, mask, cache, static_kv=True))
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout3(self.ffn(x))
+        return self.dropout3(self.ffn(x))  # [B, T, d_model]
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+                memory_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
+        """x [batch, tgt_len, d_model], memory [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
+        _check_stream(x, self.d_model, "x")
+        _check_stream(memory, self.d_model, "memory")
+        if memory.size(0) != x.size(0):
+            raise ValueError(
+                f"memory has batch size {memory.size(0)} but x has {x.size(0)}: "
+                "source and target batches must match"
+            )
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), tgt_mask)
-            x = x + self._mha_block(self.norm2(x), memory, memory_mask)
+            x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, cross_cache)
             return x + self._ff_block(self.norm3(x))
-        x = self.norm1(x + self._sa_block(x, tgt_mask))
-        x = self.norm2(x + self._mha_block(x, memory, memory_mask))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache))
+        x = self.norm2(x + self._mha_block(x, memory, memory_mask, cross_cache))
         return self.norm3(x + self._ff_block(x))
 
 
+# %% [markdown]
+# ### The stacks
+#
+# An encoder is $N$ encoder blocks applied one after the other, and a decoder is
+# $N$ decoder blocks that all read the **same** memory (the output of the *last*
+# encoder block). The paper uses $N = 6$ for both. A Pre-LN stack ends with a final
+# LayerNorm, because its residual stream is never normalised inside the blocks;
+# a Post-LN stack has nothing to add (its last block already ends with a norm).
+# `Decoder.forward` takes one cache per layer (`caches`, a list), for chapter 10.
+
+# %%
+#| export
 class Encoder(nn.Module):
-    """A stack of num_layers EncoderBlocks (plus a final LayerNorm when norm_first)."""
+    """A stack of num_layers EncoderBlocks, plus a final LayerNorm when norm_first.
+
+    forward(x [batch, src_len, d_model], src_mask) -> memory [batch, src_len, d_model].
+    src_mask: bool, True = may attend, broadcastable to [batch, heads, src_len, src_len].
+    """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False):
         super().__init__()
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
         self.layers = nn.ModuleList(
             EncoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first)
             for _ in range(num_layers)
@@ -123,11 +432,19 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """A stack of num_layers DecoderBlocks (plus a final LayerNorm when norm_first)."""
+    """A stack of num_layers DecoderBlocks, plus a final LayerNorm when norm_first.
+
+    forward(x [batch, tgt_len, d_model], memory [batch, src_len, d_model], tgt_mask,
+    memory_mask, caches) -> [batch, tgt_len, d_model]. Masks as in DecoderBlock
+    (bool, True = may attend). caches: None, or a list of num_layers dicts, one per
+    layer, for incremental decoding (chapter 10).
+    """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False):
         super().__init__()
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
         self.layers = nn.ModuleList(
             DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first)
             for _ in range(num_layers)
@@ -135,8 +452,397 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None) -> Tensor:
+                memory_mask: Tensor | None = None, caches: list[dict] | None = None) -> Tensor:
         """x: [batch, tgt_len, d_model], memory: [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
-        for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask)
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"caches must hold one dict per layer ({len(self.layers)}), got {len(caches)}")
+        for i, layer in enumerate(self.layers):
+            x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i])
         return self.norm(x)
+
+
+# %% [markdown]
+# ## 4 · Shape trace of the running example
+#
+# We send `<bos> I love apples <eos>` (5 tokens) through an encoder block, and the
+# decoder input `<bos> 我 喜欢 苹果` (4 tokens: the target without its last token,
+# chapter 08 explains why) through a decoder block that reads the encoder's output.
+# We call the sublayers one at a time to print every intermediate shape.
+
+# %%
+torch.manual_seed(0)
+enc_block = EncoderBlock(d_model, num_heads, d_ff, dropout=0.0).eval()
+dec_block = DecoderBlock(d_model, num_heads, d_ff, dropout=0.0).eval()
+
+x_tgt = torch.randn(1, 4, d_model)  # <bos> 我 喜欢 苹果
+src_mask = torch.ones(1, 1, 1, 5, dtype=torch.bool)  # no padding in a batch of one
+tgt_mask = causal_mask(4)  # [1, 1, 4, 4]
+
+with torch.no_grad():
+    print("encoder block")
+    print("  input x                  ", tuple(x_src.shape))
+    a, w = enc_block.self_attn(x_src, x_src, x_src, src_mask)
+    print("  self-attention weights   ", tuple(w.shape), "  [B, heads, S, S]")
+    h = enc_block.norm1(x_src + a)
+    print("  norm1(x + self_attn)     ", tuple(h.shape))
+    f = enc_block.ffn.linear1(h)
+    print("  inside the FFN           ", tuple(f.shape), " [B, S, d_ff]")
+    memory = enc_block.norm2(h + enc_block.ffn(h))
+    print("  memory = norm2(h + ffn)  ", tuple(memory.shape))
+    assert torch.allclose(memory, enc_block(x_src, src_mask), atol=1e-6)
+
+    print("decoder block")
+    print("  input y                  ", tuple(x_tgt.shape))
+    a, w = dec_block.self_attn(x_tgt, x_tgt, x_tgt, tgt_mask)
+    print("  masked self-attn weights ", tuple(w.shape), "  [B, heads, T, T]")
+    h = dec_block.norm1(x_tgt + a)
+    a, w = dec_block.cross_attn(h, memory, memory, src_mask)
+    print("  cross-attention weights  ", tuple(w.shape), "  [B, heads, T, S]")
+    h = dec_block.norm2(h + a)
+    out = dec_block.norm3(h + dec_block.ffn(h))
+    print("  output                   ", tuple(out.shape))
+    assert torch.allclose(out, dec_block(x_tgt, memory, tgt_mask, src_mask), atol=1e-6)
+
+# %% [markdown]
+# The cross-attention weights are `[1, 4, 4, 5]`: each of the 4 target positions
+# distributes its attention over the 5 source positions, in each of the 4 heads.
+# Every block maps `[B, T, d_model]` to `[B, T, d_model]`, which is what lets us
+# stack them.
+#
+# ## 5 · Checks
+#
+# The pressure of section 1, measured again with residual paths and LayerNorm: the
+# same depth, the same kind of parts. The scale stays put exactly (Post-LN ends every
+# block with a norm), and the tokens stay distinct. They do drift together slowly,
+# since the attention of an untrained model averages broadly; training teaches the
+# heads to be selective, and the identity path keeps each token's own vector in
+# the sum meanwhile.
+
+# %%
+torch.manual_seed(0)
+encoder = Encoder(depth, d_model, num_heads, d_ff, dropout=0.0).eval()
+x = x_src
+block_cos, block_std = [mean_cosine(x)], [x.std().item()]
+with torch.no_grad():
+    for layer in encoder.layers:
+        x = layer(x)
+        block_cos.append(mean_cosine(x))
+        block_std.append(x.std().item())
+print("layer   naive cosine   block cosine   block std")
+for layer in range(depth + 1):
+    print(f"{layer:5d}   {naive_cos[layer]:12.4f}   {block_cos[layer]:12.4f}   {block_std[layer]:9.4f}")
+
+# %%
+assert naive_cos[-1] > 0.95 and block_cos[-1] < 0.4  # the collapse is held off
+assert all(0.9 < s < 1.1 for s in block_std[1:])  # Post-LN keeps every layer at unit scale
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+axes[0].plot(naive_cos, "o-", label="attention → FFN, stacked")
+axes[0].plot(block_cos, "s-", label="encoder blocks (residual + LN)")
+axes[0].set(xlabel="layer", ylabel="mean cosine between tokens", ylim=(-0.1, 1.05),
+            title="Do the tokens stay distinct?")
+axes[0].legend(fontsize=8)
+axes[1].semilogy(naive_std, "o-", label="attention → FFN, stacked")
+axes[1].semilogy(block_std, "s-", label="encoder blocks (residual + LN)")
+axes[1].set(xlabel="layer", ylabel="std of activations", title="Does the scale stay put?")
+axes[1].legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The invariants of the blocks themselves:
+#
+# * every block maps `[B, T, d_model]` to the same shape;
+# * a Post-LN block's output is normalised: each token has mean 0 and standard
+#   deviation 1 over its features (while $\gamma = 1, \beta = 0$, i.e. at initialisation);
+# * **no peeking**: with the causal mask, changing a later target token leaves the
+#   decoder's outputs at earlier positions unchanged;
+# * **padding is invisible**: changing the memory at padded source positions leaves
+#   the decoder's outputs unchanged, and a fully padded source gives zeros from
+#   cross-attention, not NaN (chapter 03's convention).
+
+# %%
+torch.manual_seed(0)
+dec_stack = Decoder(2, d_model, num_heads, d_ff, dropout=0.0).eval()
+src_ids = torch.tensor([[1, 5, 7, 9, 2, 0, 0]])  # the running example, padded to 7
+memory = torch.randn(1, 7, d_model)
+memory_mask = padding_mask(src_ids)  # [1, 1, 1, 7]
+y = torch.randn(1, 4, d_model)
+
+with torch.no_grad():
+    out = dec_stack(y, memory, causal_mask(4), memory_mask)
+    assert out.shape == (1, 4, d_model)
+    assert torch.allclose(out.mean(-1), torch.zeros(1, 4), atol=1e-5)
+    assert torch.allclose(out.std(-1, unbiased=False), torch.ones(1, 4), atol=1e-3)
+
+    y2 = y.clone()
+    y2[:, 3] = torch.randn(d_model)  # change the last target token
+    out2 = dec_stack(y2, memory, causal_mask(4), memory_mask)
+    assert torch.allclose(out[:, :3], out2[:, :3], atol=1e-6)  # earlier positions: unchanged
+    assert not torch.allclose(out[:, 3], out2[:, 3])
+
+    memory2 = memory.clone()
+    memory2[:, 5:] = 100 * torch.randn(2, d_model)  # garbage at the padded positions
+    assert torch.allclose(out, dec_stack(y, memory2, causal_mask(4), memory_mask), atol=1e-6)
+
+    all_pad = torch.zeros(1, 1, 1, 7, dtype=torch.bool)
+    assert torch.isfinite(dec_stack(y, memory, causal_mask(4), all_pad)).all()
+print("decoder checks passed")
+
+# %% [markdown]
+# Our blocks compute exactly what PyTorch's own layers compute, once the weights
+# are copied across (`nn.MultiheadAttention` keeps the three input projections in
+# one `in_proj_weight` of shape `[3·d_model, d_model]`, and its boolean masks mean
+# the opposite: True = *blocked*). `tests/test_blocks.py` checks this for both
+# blocks, both norm orders and both stacks, in float32 and float64.
+
+# %%
+def to_torch_encoder_layer(block: EncoderBlock) -> nn.TransformerEncoderLayer:
+    """An nn.TransformerEncoderLayer holding a copy of block's weights."""
+    attn, ffn = block.self_attn, block.ffn
+    ref = nn.TransformerEncoderLayer(block.d_model, attn.num_heads, ffn.linear1.out_features,
+                                     dropout=0.0, batch_first=True, norm_first=block.norm_first)
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(
+            torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+        ref.self_attn.in_proj_bias.copy_(
+            torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+        ref.self_attn.out_proj.load_state_dict(attn.out_proj.state_dict())
+        ref.linear1.load_state_dict(ffn.linear1.state_dict())
+        ref.linear2.load_state_dict(ffn.linear2.state_dict())
+        ref.norm1.load_state_dict(block.norm1.state_dict())
+        ref.norm2.load_state_dict(block.norm2.state_dict())
+    return ref.eval()
+
+
+x_pad = torch.randn(2, 7, d_model)
+keep = padding_mask(torch.tensor([[1, 5, 7, 9, 2, 0, 0], [1, 8, 4, 2, 3, 6, 2]]))  # [2, 1, 1, 7]
+for norm_first in (False, True):
+    block = EncoderBlock(d_model, num_heads, d_ff, norm_first=norm_first).eval()
+    ref = to_torch_encoder_layer(block)
+    ours_out = block(x_pad, keep)
+    torch_out = ref(x_pad, src_key_padding_mask=~keep[:, 0, 0])  # PyTorch: True = padding
+    diff = (ours_out - torch_out).abs().max().item()
+    print(f"norm_first={norm_first!s:5}  max |ours - nn.TransformerEncoderLayer| < 1e-5: {diff < 1e-5}")
+    assert diff < 1e-5
+
+# %% [markdown]
+# ## 6 · Post-LN or Pre-LN? Gradients at initialisation
+#
+# Both orders compute a sensible function; the difference shows up in training.
+# The paper's Post-LN models need a **learning-rate warm-up** (chapter 09): start
+# with a tiny learning rate and raise it over the first few thousand steps, or
+# training diverges. Pre-LN models are far less fussy. Xiong et al. (2020, "On
+# Layer Normalization in the Transformer Architecture") traced this to the
+# gradients at initialisation, which we can measure directly.
+#
+# We build a deep decoder stack (24 layers, small width so that it runs in seconds),
+# put a linear read-out and a cross-entropy loss on top, backpropagate once from
+# random data, and record the gradient norm of each layer's FFN output weight
+# (`ffn.linear2.weight`). Then we repeat for stacks of different depths and record
+# the gradient norm at the top layer.
+
+# %%
+torch.manual_seed(0)
+
+
+def layer_grad_norms(norm_first: bool, num_layers: int, width: int = 32, seed: int = 0) -> list[float]:
+    """Gradient norm of each layer's ffn.linear2.weight after one backward pass at init."""
+    torch.manual_seed(seed)
+    stack = Decoder(num_layers, width, 4, 4 * width, dropout=0.0, norm_first=norm_first)
+    for p in stack.parameters():  # Xavier, as the full model will use (chapter 08)
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+    readout = nn.Linear(width, 50)
+    y, mem = torch.randn(4, 8, width), torch.randn(4, 8, width)
+    labels = torch.randint(0, 50, (4, 8))
+    logits = readout(stack(y, mem, causal_mask(8)))
+    F.cross_entropy(logits.flatten(0, 1), labels.flatten()).backward()
+    return [layer.ffn.linear2.weight.grad.norm().item() for layer in stack.layers]
+
+
+deep = 24
+per_layer = {nf: layer_grad_norms(nf, deep) for nf in (False, True)}
+depths = [3, 6, 12, 24]
+top_layer = {nf: [layer_grad_norms(nf, n)[-1] for n in depths[:-1]] + [per_layer[nf][-1]]
+             for nf in (False, True)}
+
+for nf, name in ((False, "Post-LN"), (True, "Pre-LN")):
+    g = per_layer[nf]
+    print(f"{name:8s} layer 1: {g[0]:.3f}  layer {deep}: {g[-1]:.3f}  "
+          f"top/bottom: {g[-1] / g[0]:.2f}   top layer for depth {depths}: "
+          f"{[round(v, 3) for v in top_layer[nf]]}")
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+for nf, name, marker in ((False, "Post-LN (paper)", "o-"), (True, "Pre-LN", "s-")):
+    axes[0].plot(range(1, deep + 1), per_layer[nf], marker, label=name, markersize=4)
+    axes[1].plot(depths, top_layer[nf], marker, label=name)
+axes[0].set(xlabel="layer (1 = bottom)", ylabel="‖∂loss/∂W‖ of ffn.linear2",
+            title=f"Per layer, {deep}-layer decoder at init")
+axes[1].set(xlabel="number of layers", ylabel="‖∂loss/∂W‖ at the top layer", xscale="log",
+            title="Top-layer gradient vs depth")
+axes[1].set_xticks(depths, [str(n) for n in depths])
+axes[1].xaxis.set_minor_formatter(plt.NullFormatter())
+for ax in axes:
+    ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What the figure shows, and why it matters for training:
+#
+# * **Post-LN**: the gradients grow towards the output; the top layers get several
+#   times the gradient of the bottom ones, and the top-layer gradient does **not**
+#   shrink as the stack gets deeper. Every backward path to a lower layer passes
+#   through the LayerNorms above it, each of which divides by the norm of
+#   $x + F(x)$ and so damps the identity path. With a learning rate that suits the
+#   bottom layers, the top layers take steps that are too large in the first
+#   updates, and training can diverge; the warm-up keeps those first steps small
+#   until the model has settled (Xiong et al.).
+# * **Pre-LN**: the residual stream is a plain sum $x_L = x_0 + \sum_l F_l(\cdot)$,
+#   so every layer has an untouched identity path to the output, and the gradients
+#   vary smoothly over the layers. The top-layer gradient shrinks roughly like
+#   $1/\sqrt{L}$ as the depth $L$ grows (the final LayerNorm divides by the norm of
+#   the whole sum), so a deeper model automatically takes more careful steps. That is
+#   why Pre-LN stacks train with a larger learning rate and little or no warm-up.
+#
+# The price: a Post-LN model, once trained, often ends slightly better, and the
+# paper's results use it. So Post-LN stays the default here (`norm_first=False`,
+# as in `torch.nn.Transformer`), and Pre-LN is one argument away.
+
+# %%
+g_post, g_pre = per_layer[False], per_layer[True]
+assert g_post[-1] > 2 * g_post[0]  # Post-LN: the top layers get much larger gradients
+assert g_pre[-1] < g_pre[0]  # Pre-LN: no growth towards the output
+assert top_layer[True][-1] < 0.5 * top_layer[True][0]  # Pre-LN: shrinks with depth
+assert top_layer[False][-1] > 0.8 * top_layer[False][0]  # Post-LN: does not
+
+# %% [markdown]
+# ## 7 · What we can do now, and what is still missing
+#
+# We can now turn a sequence of vectors into a contextual representation with an
+# encoder of any depth, and a target sequence plus that representation into a
+# decoder state for every target position, without peeking at the future and
+# without seeing padding. Post-LN and Pre-LN are both available.
+#
+# Still missing: the stacks take and return *vectors*. We need to go from token ids
+# to vectors at the bottom (embeddings and positions, chapters 01-02), from decoder
+# states to scores over the target vocabulary at the top, and to build the masks
+# from the token ids. Chapter 08 assembles the full model, counts its parameters
+# against the paper, and measures what it costs.
+
+# %% [markdown]
+# ## 8 · Exercises
+#
+# ### Exercise 1 · LayerNorm by hand
+# Write `layer_norm(x, weight, bias, eps)` that normalises the last dimension of `x`
+# (any shape `[..., d]`) as in the formula of section 2, with the learned scale
+# `weight` (γ, shape `[d]`) and shift `bias` (β, shape `[d]`). Do not call
+# `F.layer_norm` or `nn.LayerNorm`. The check compares your function with
+# `F.layer_norm` on random inputs of several shapes and random γ, β.
+
+# %%
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float = 1e-5) -> torch.Tensor:
+    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
+    ### BEGIN SOLUTION
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * weight + bias
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-layer-norm
+torch.manual_seed(11)
+for shape in [(3, 8), (2, 5, 16), (4, 1, 3, 6)]:
+    x = torch.randn(shape) * 3 + 1
+    g, b = torch.randn(shape[-1]), torch.randn(shape[-1])
+    expected = F.layer_norm(x, (shape[-1],), g, b, eps=1e-5)
+    assert torch.allclose(layer_norm(x, g, b), expected, atol=1e-5), shape
+print("ex1 passed")
+
+# %% [markdown]
+# ### Exercise 2 · The other norm order
+# `block` is an `EncoderBlock`. Write `pre_ln_forward(block, x, mask)` that computes
+# what the block's weights give in the **Pre-LN** order,
+# $x \leftarrow x + F(\operatorname{LN}(x))$ for the self-attention and then the FFN,
+# **whatever `block.norm_first` says**. Use the block's parts (`block.self_attn`,
+# `block.ffn`, `block.norm1`, `block.norm2`; dropout is off in eval mode, so you
+# may leave it out) and do not call `block(...)` itself. The check hands your
+# function Post-LN blocks and compares with the same weights run with `norm_first=True`.
+
+# %%
+def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    ### BEGIN SOLUTION
+    h = block.norm1(x)
+    x = x + block.self_attn(h, h, h, mask)[0]
+    return x + block.ffn(block.norm2(x))
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-pre-ln
+torch.manual_seed(12)
+for _ in range(3):
+    post = EncoderBlock(16, 4, 32, norm_first=False).eval()
+    pre = EncoderBlock(16, 4, 32, norm_first=True).eval()
+    with torch.no_grad():
+        for norm in (post.norm1, post.norm2):  # non-trivial gamma and beta
+            norm.weight.normal_(1.0, 0.3)
+            norm.bias.normal_(0.0, 0.3)
+        pre.load_state_dict(post.state_dict())
+    x = torch.randn(2, 6, 16)
+    mask = padding_mask(torch.tensor([[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 5, 6]]))
+    with torch.no_grad():
+        assert torch.allclose(pre_ln_forward(post, x, mask), pre(x, mask), atol=1e-5)
+        assert not torch.allclose(pre_ln_forward(post, x, mask), post(x, mask), atol=1e-3)
+print("ex2 passed")
+
+# %% [markdown]
+# ### Exercise 3 · Counting a decoder block's parameters
+# Write `decoder_block_params(d_model, d_ff)` that returns the number of parameters
+# of one `DecoderBlock` as a formula in `d_model` and `d_ff` (weights **and**
+# biases of the two attention sublayers and of the FFN, and the γ, β of the three
+# LayerNorms). It does not depend on the number of heads: why? The check compares
+# your formula with `sum(p.numel() for p in DecoderBlock(...).parameters())` for
+# several sizes; chapter 08 builds the paper's parameter count on this.
+
+# %%
+def decoder_block_params(d_model: int, d_ff: int) -> int:
+    """Number of parameters of one DecoderBlock(d_model, num_heads, d_ff)."""
+    ### BEGIN SOLUTION
+    attention = 4 * (d_model * d_model + d_model)  # q, k, v, out projections
+    ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
+    norms = 3 * 2 * d_model
+    return 2 * attention + ffn + norms
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-decoder-params
+for d, h, f in [(8, 2, 16), (32, 4, 128), (64, 8, 100), (512, 8, 2048)]:
+    expected = sum(p.numel() for p in DecoderBlock(d, h, f).parameters())
+    assert decoder_block_params(d, f) == expected, (d, f, expected)
+print("ex3 passed")
+
+# %% [markdown]
+# ## 9 · Summary
+#
+# * Stacking attention and FFN directly fails: attention averages the tokens into
+#   one vector, and the scale drifts layer by layer.
+# * A **residual path** $x + F(x)$ lets each sublayer add a correction and gives the
+#   gradient an identity path; **LayerNorm** fixes each token's scale using that
+#   token's features only, so padding and batch-mates cannot change a sentence's
+#   result (BatchNorm's statistics mix them in).
+# * **Post-LN** $\operatorname{LN}(x + F(x))$ is the paper's order; **Pre-LN**
+#   $x + F(\operatorname{LN}(x))$ keeps a clean identity path, has gradients that do
+#   not pile up at the top at initialisation, and trains with less warm-up.
+# * `EncoderBlock` = self-attention + FFN; `DecoderBlock` = masked self-attention +
+#   cross-attention on the memory + FFN; `Encoder` and `Decoder` stack them. They
+#   match `torch.nn.TransformerEncoderLayer` / `TransformerDecoderLayer` weight for
+#   weight. The `cache` arguments are the hooks for chapter 10's fast generation.

@@ -16,7 +16,7 @@ from transformer.masks import causal_mask, padding_mask, combine_masks
 from transformer.multihead import MultiHeadAttention
 # chapter 06: Position-wise feed-forward network (skeleton: to be written as a full chapter)
 from transformer.feedforward import FeedForward
-# chapter 07: Encoder and decoder blocks (skeleton: to be written as a full chapter)
+# chapter 07: Encoder and decoder blocks
 from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model (skeleton: to be written as a full chapter)
 from transformer.model import Transformer, count_parameters
