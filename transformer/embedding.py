@@ -48,7 +48,9 @@ class TokenEmbedding(nn.Module):
             raise ValueError(f"init_std must be a positive number, got {init_std!r}")
         self.vocab_size, self.d_model = vocab_size, d_model
         self.init_std = float(init_std)
-        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx)
+        # Created empty and filled once by reset_parameters (one random draw, like nn.Embedding's own).
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx,
+                                      _weight=torch.empty(vocab_size, d_model))
         self.scale = math.sqrt(d_model) if scale else 1.0  # the multiplier applied in forward
         self.reset_parameters()
 
