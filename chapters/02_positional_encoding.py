@@ -16,10 +16,121 @@
 # ---
 
 # %% [markdown]
-# # 02 · Positional encoding (skeleton: to be written as a full chapter)
+# # 02 · Positional encoding: telling the model where each token stands
+#
+# Chapter 01 turned `<bos> I love apples <eos>` into five vectors. Each vector says
+# *which* token it is, and nothing about *where* the token stands. This chapter adds the
+# second half of the input: a fixed, sinusoidal signal for each position, added to the
+# token vectors.
 
 # %%
 #| default_exp positional
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+
+from transformer.embedding import TokenEmbedding
+
+_ = torch.manual_seed(0)
+
+# the toy vocabulary of chapter 01
+itos = ["<pad>", "<bos>", "<eos>", "<unk>", "I", "love", "apples", "bananas",
+        "you", "like", "she", "eats", "pears"]
+stoi = {token: i for i, token in enumerate(itos)}
+
+
+def encode(sentence: str) -> torch.Tensor:
+    """'I love apples' -> ids [1, 5] with <bos> and <eos>."""
+    return torch.tensor([[stoi["<bos>"]] + [stoi[w] for w in sentence.split()] + [stoi["<eos>"]]])
+
+
+# %% [markdown]
+# ## 1 · The pressure: a set of vectors has no order
+#
+# Embed *I love apples* and its reversal *apples love I*. Every token keeps its vector
+# wherever it stands, so the two sentences give the **same set** of vectors, only listed
+# in a different order. Any computation that treats every position alike and then
+# combines them by a sum cannot tell the two apart. We try one: a random layer with a ReLU
+# applied to each vector, then summed over positions (attention, chapter 03, is of this
+# kind: the same projections at every position, then weighted sums). We call the sentences
+# $[A, B, C]$ and $[C, B, A]$: as far as the vectors go, they are one sentence.
+
+# %%
+d_model = 16
+embed = TokenEmbedding(len(itos), d_model)
+a = embed(encode("I love apples"))[0]  # [5, 16]
+b = embed(encode("apples love I"))[0]  # [5, 16]
+reverse_words = [0, 3, 2, 1, 4]  # keep <bos> and <eos>, reverse the three words
+W = torch.randn(d_model, d_model)
+
+
+def order_blind(x: torch.Tensor) -> torch.Tensor:
+    """x [T, d] -> [d]: the same layer at every position, then a sum over positions."""
+    return torch.relu(x @ W).sum(0)
+
+
+print("b is a reordering of a:", torch.equal(a[reverse_words], b))
+print("order-blind summary, max |f(a) - f(b)|:",
+      f"{(order_blind(a) - order_blind(b)).abs().max().item():.4f}")
+
+# %% [markdown]
+# *The dog bit the man* and *the man bit the dog* must not look alike to a translator.
+# We need to give each vector a mark of its position, such that:
+#
+# * every position gets a **different** mark;
+# * the mark is **bounded**, of the same size at position 3 and at position 3000 (using the
+#   raw index $pos$ as a feature would let late positions swamp the token vectors);
+# * it is **deterministic** and defined for any length, with nothing to learn;
+# * **relative** positions are easy to read: "two tokens back" should look the same
+#   wherever it happens in the sentence.
+
+# %% [markdown]
+# ## 2 · The idea: sines and cosines at many frequencies
+#
+# The paper (section 3.5) gives position $pos$ the vector $PE(pos) \in \mathbb{R}^{d_{\text{model}}}$
+# with, for $i = 0, 1, \dots, d_{\text{model}}/2 - 1$,
+#
+# $$PE(pos, 2i) = \sin(\omega_i\, pos), \qquad PE(pos, 2i+1) = \cos(\omega_i\, pos), \qquad
+#   \omega_i = 10000^{-2i/d_{\text{model}}}.$$
+#
+# Each pair of dimensions $(2i, 2i+1)$ is a point going round the unit circle at angular
+# speed $\omega_i$: the hand of a clock. Pair 0 turns by one radian per position
+# (wavelength $2\pi \approx 6.3$ positions); the last pair turns so slowly that its
+# wavelength is almost $10000 \cdot 2\pi$. Like the digits of a counter, the fast hands
+# distinguish neighbours and the slow hands tell far-apart positions apart. Every entry lies in
+# $[-1, 1]$, and since $\sin^2 + \cos^2 = 1$ for each pair,
+#
+# $$\lVert PE(pos) \rVert = \sqrt{d_{\text{model}}/2} \quad\text{for every } pos,$$
+#
+# the size that chapter 01's $\sqrt{d_{\text{model}}}$ scale was measured against.
+#
+# **The relative-offset property.** Shifting a position by $k$ turns every hand by the
+# angle $\omega_i k$, whatever the starting position. By the angle-addition formulas,
+#
+# $$\begin{pmatrix} \sin \omega_i(pos+k) \\ \cos \omega_i(pos+k) \end{pmatrix}
+#   = \underbrace{\begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix}}_{R_i(k)}
+#   \begin{pmatrix} \sin \omega_i pos \\ \cos \omega_i pos \end{pmatrix},$$
+#
+# so $PE(pos + k) = R(k)\, PE(pos)$ with $R(k)$ the block-diagonal matrix of the rotations
+# $R_i(k)$: **a fixed rotation that depends on $k$ only**. A linear map (which attention's
+# projections are) can therefore express "the token $k$ places away". It follows that the
+# dot product of two positions depends only on their distance:
+#
+# $$PE(pos) \cdot PE(pos + k) = \sum_{i} \big[\sin \omega_i pos \,\sin \omega_i(pos+k) + \cos \omega_i pos\, \cos \omega_i(pos+k)\big]
+#   = \sum_{i=0}^{d_{\text{model}}/2 - 1} \cos(\omega_i k).$$
+#
+# The input to the rest of the model is then the **sum**, followed by dropout (the paper
+# applies dropout "to the sums of the embeddings and the positional encodings"):
+#
+# $$h^{(0)}_{pos} = \operatorname{Dropout}\big(\sqrt{d_{\text{model}}}\, W_e[\text{id}_{pos}] + PE(pos)\big).$$
+
+# %% [markdown]
+# ## 3 · The code
+#
+# First the table itself, as a function: positions `start .. start+length-1`. The angles
+# $\omega_i \cdot pos$ reach thousands of radians for long sequences, where float32
+# arithmetic loses about three decimal places, so we compute in float64 and store float32.
 
 # %%
 #| export
@@ -29,41 +140,544 @@ import torch
 from torch import Tensor, nn
 
 
+def _check_int(name: str, value: object, minimum: int) -> int:
+    # bool is a subclass of int, but True is not a size or a position.
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive" if minimum == 1 else "a non-negative"
+        raise ValueError(f"{name} must be {kind} integer, got {value!r}")
+    return value
+
+
+def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
+    """The sinusoidal table for positions start .. start+length-1 -> [length, d_model] float32.
+
+    PE[pos, 2i] = sin(pos * w_i) and PE[pos, 2i+1] = cos(pos * w_i), with
+    w_i = 10000 ** (-2i / d_model). Computed in float64 (the angles reach thousands of
+    radians), returned in float32. d_model must be even.
+    """
+    _check_int("length", length, 0)
+    _check_int("start", start, 0)
+    _check_int("d_model", d_model, 1)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (one sin/cos pair per two dimensions), got {d_model}")
+    position = torch.arange(start, start + length, dtype=torch.float64).unsqueeze(1)  # [length, 1]
+    inv_freq = torch.exp(  # w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1
+        torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model)
+    )  # [d_model / 2]
+    angle = position * inv_freq  # [length, d_model / 2]
+    pe = torch.empty(length, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)  # even dimensions
+    pe[:, 1::2] = torch.cos(angle)  # odd dimensions
+    return pe.float()
+
+
+# %% [markdown]
+# Then the module. It computes the table once, for positions `0 .. max_len-1`, and keeps it
+# as a **non-persistent buffer**: a buffer because it is part of the module's state (it
+# follows `.to(device)` and `.half()`) but is not a parameter (nothing trains it); and
+# non-persistent because it is a pure function of `d_model` and `max_len`, so it stays out
+# of `state_dict()` and out of every checkpoint (section 5 shows what that buys).
+#
+# `forward(x, start=0)` adds positions `start .. start+T-1`. Training always uses
+# `start=0`; chapter 10 generates one token at a time and passes the position of the new
+# token as `start`.
+#
+# **Past `max_len` we raise an error rather than extend.** The sinusoids are defined for
+# any position, and seed 004 computes the missing rows on the fly. We refuse instead,
+# because (1) `max_len` is a promise that the rest of the model is built around (chapter
+# 08 sets it from the longest sentence it will handle), so a longer input is almost always a
+# bug (a batch built wrongly, a generation loop that never met `<eos>`), and a clear error
+# finds it at once; (2) a trained model has never seen positions past its training lengths,
+# so silently extending gives no promise of sensible output; (3) the fixed table keeps
+# `forward` a plain slice, with no allocation that depends on the input. The error names
+# the fix, and a bigger module costs nothing to build: its table is computed, not learned,
+# so a trained model's weights load into it unchanged (section 5 checks this).
+
+# %%
+#| export
 class PositionalEncoding(nn.Module):
     """Add the sinusoidal position signal to embeddings, then apply dropout.
 
-    Input and output: [batch, seq, d_model]. The table is a non-persistent
-    buffer of shape [max_len, d_model]: it is computed, not learned, so it is
-    not saved with the weights.
+    forward(x [batch, seq, d_model], start=0) -> [batch, seq, d_model]: adds the
+    encodings of positions start .. start+seq-1 (start > 0 is for step-by-step
+    generation), then dropout, as in the paper. The table is a non-persistent buffer
+    `pe` of shape [max_len, d_model]: computed, not learned, so not saved with the
+    weights. Positions at or past max_len raise a ValueError (build a larger module).
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
         super().__init__()
-        if not isinstance(d_model, int) or d_model <= 0 or d_model % 2:
-            raise ValueError(f"d_model must be a positive even integer, got {d_model!r}")
-        if not isinstance(max_len, int) or max_len <= 0:
-            raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
-        self.d_model = d_model
-        self.max_len = max_len
+        _check_int("d_model", d_model, 1)
+        if d_model % 2:
+            raise ValueError(f"d_model must be even (one sin/cos pair per two dimensions), got {d_model}")
+        _check_int("max_len", max_len, 1)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        self.d_model, self.max_len = d_model, max_len
         self.dropout = nn.Dropout(dropout)
-        position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # [max_len, 1]
-        inv_freq = torch.exp(
-            torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model)
-        )  # [d_model / 2]
-        pe = torch.zeros(max_len, d_model)
-        pe[:, 0::2] = torch.sin(position * inv_freq)
-        pe[:, 1::2] = torch.cos(position * inv_freq)
-        self.register_buffer("pe", pe, persistent=False)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # [max_len, d_model]
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: [batch, seq, d_model] -> [batch, seq, d_model]."""
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """x [batch, seq, d_model] -> dropout(x + PE[start : start+seq]), [batch, seq, d_model]."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor [batch, seq, {self.d_model}], got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(
+                f"x must be a floating-point tensor of embeddings, got dtype {x.dtype} "
+                "(token ids go through TokenEmbedding first)"
+            )
         if x.dim() != 3 or x.size(-1) != self.d_model:
+            raise ValueError(f"x must have shape [batch, seq, {self.d_model}], got {tuple(x.shape)}")
+        _check_int("start", start, 0)
+        seq = x.size(1)
+        if start + seq > self.max_len:
             raise ValueError(
-                f"x must have shape [batch, seq, {self.d_model}], got {tuple(x.shape)}"
+                f"positions {start}..{start + seq - 1} (start={start}, seq={seq}) exceed "
+                f"max_len={self.max_len}; build PositionalEncoding with a larger max_len"
             )
-        if x.size(1) > self.max_len:
-            raise ValueError(
-                f"sequence length {x.size(1)} exceeds max_len={self.max_len}; "
-                "build PositionalEncoding with a larger max_len"
-            )
-        return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
+        return self.dropout(x + self.pe[start:start + seq].to(x.dtype))  # [seq, d_model] broadcasts over batch
+
+
+# %% [markdown]
+# ## 4 · Shape trace of the running example
+#
+# At the paper's size, $d_{\text{model}} = 512$: the token vectors (chapter 01, norm about
+# $\sqrt{512} \approx 22.6$) and the position vectors (norm exactly $\sqrt{256} = 16$) are of
+# the same size, so neither drowns the other.
+
+# %%
+D = 512
+embed = TokenEmbedding(len(itos), D)
+positional = PositionalEncoding(D, max_len=64, dropout=0.1)
+print(positional)
+ids = encode("I love apples")  # [1, 5]
+tokens = embed(ids)  # [1, 5, 512]
+out = positional(tokens)  # [1, 5, 512]
+print("ids          ", tuple(ids.shape), ids.dtype)
+print("token vectors", tuple(tokens.shape), "mean norm", f"{tokens.norm(dim=-1).mean().item():.1f}")
+print("pe[0:5]      ", tuple(positional.pe[:5].shape), "norms",
+      [round(v, 4) for v in positional.pe[:5].norm(dim=-1).tolist()])
+print("output       ", tuple(out.shape))
+
+# %% [markdown]
+# ## 5 · Checks
+#
+# **The table equals the formula.** We compare with a direct, scalar evaluation of the
+# paper's formula in Python's `math` (float64), and check the bounds and the norm.
+
+# %%
+pe = positional.pe  # [64, 512]
+direct = torch.tensor([[math.sin(p / 10000 ** (j / D)) if j % 2 == 0 else math.cos(p / 10000 ** ((j - 1) / D))
+                        for j in range(D)] for p in range(64)])  # [64, 512]
+print("table equals the formula to 1e-6:", torch.allclose(pe, direct, atol=1e-6))
+assert torch.allclose(pe, direct, atol=1e-6)
+assert pe.abs().max() <= 1
+assert torch.allclose(pe.norm(dim=-1), torch.full((64,), math.sqrt(D / 2)))
+
+# why float64: the same table computed in float32 at large positions
+long = sinusoidal_encoding(100, D, start=4900).double()  # float64 arithmetic, stored float32
+p32 = torch.arange(4900, 5000, dtype=torch.float32)[:, None] * torch.exp(
+    torch.arange(0, D, 2, dtype=torch.float32) * (-math.log(10000.0) / D))
+exact = torch.arange(4900, 5000, dtype=torch.float64)[:, None] * torch.exp(
+    torch.arange(0, D, 2, dtype=torch.float64) * (-math.log(10000.0) / D))
+err32 = (torch.sin(p32).double() - torch.sin(exact)).abs().max().item()
+err64 = (long[:, 0::2] - torch.sin(exact)).abs().max().item()
+print("positions 4900-4999, float32 arithmetic error above 1e-5:", err32 > 1e-5,
+      "| float64 then rounded, error below 1e-7:", err64 < 1e-7)
+assert err32 > 1e-5 and err64 < 1e-7
+
+# %% [markdown]
+# **Order is now visible.** With positions added, *I love apples* and *apples love I* are
+# no longer the same set of vectors.
+
+# %%
+positional.eval()  # no dropout for this comparison
+small = PositionalEncoding(d_model, max_len=16, dropout=0.0)
+a_pos, b_pos = small(a[None])[0], small(b[None])[0]  # [5, 16] each
+print("with positions, b is a reordering of a:", torch.equal(a_pos[reverse_words], b_pos))
+print("without positions, max |f(a) - f(b)|:", f"{(order_blind(a) - order_blind(b)).abs().max().item():.4f}")
+print("with positions,    max |f(a) - f(b)|:", f"{(order_blind(a_pos) - order_blind(b_pos)).abs().max().item():.4f}")
+assert torch.allclose(order_blind(a), order_blind(b), atol=1e-5)
+assert not torch.allclose(order_blind(a_pos), order_blind(b_pos), atol=1e-2)
+assert torch.equal(a_pos[2], b_pos[2]) and not torch.equal(a_pos[1], b_pos[3])  # 'love' stays; 'I' moved
+# every position in the table is distinct from every other
+gaps = torch.cdist(pe, pe) + torch.eye(64) * 1e9
+print("smallest distance between two positions:", f"{gaps.min().item():.4f}")
+assert gaps.min() > 0.5
+
+# %% [markdown]
+# **The relative-offset property, numerically.** We build $R(k)$ from the formula above and
+# check $PE(pos + k) = R(k)\,PE(pos)$ for every position at once, then that the dot product
+# $PE(pos) \cdot PE(pos+k)$ is the same for every $pos$ and equals $\sum_i \cos(\omega_i k)$.
+
+# %%
+def rotation(k: int, d: int) -> torch.Tensor:
+    """R(k) [d, d]: block-diagonal 2x2 rotations by w_i * k."""
+    w = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))  # [d/2]
+    c, s = torch.cos(w * k), torch.sin(w * k)
+    blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # [d/2, 2, 2]
+    return torch.block_diag(*blocks)  # [d, d]
+
+
+table = sinusoidal_encoding(200, D).double()  # [200, 512]
+w = torch.exp(torch.arange(0, D, 2, dtype=torch.float64) * (-math.log(10000.0) / D))
+for k in [1, 5, 50]:
+    R = rotation(k, D)
+    shifted = table[:-k] @ R.T  # row pos -> R(k) PE(pos), for pos = 0 .. 199-k
+    dots = (table[:-k] * table[k:]).sum(-1)  # PE(pos) . PE(pos+k) for every pos
+    print(f"k={k:2d}: R(k) PE(pos) = PE(pos+k) to 1e-6: {torch.allclose(shifted, table[k:], atol=1e-6)}; "
+          f"dot product over all pos: min {dots.min().item():.4f}, max {dots.max().item():.4f}, "
+          f"sum cos(w k) = {torch.cos(w * k).sum().item():.4f}")
+    assert torch.allclose(shifted, table[k:], atol=1e-6)
+    assert torch.allclose(dots, torch.cos(w * k).sum().expand_as(dots), atol=1e-4)
+    assert torch.allclose(R @ R.T, torch.eye(D, dtype=torch.float64))  # a rotation: lengths kept
+
+# %% [markdown]
+# **The buffer.** `pe` belongs to the module (it is listed among its buffers and moves with
+# it), it is not a parameter, and it is not in the `state_dict`. That is more than saving
+# 10 MB per checkpoint at the default `max_len=5000`, `d_model=512`: it means the
+# checkpoint does not depend on `max_len`. A persistent table would make a model saved with
+# `max_len=64` refuse to load into one built with `max_len=128`.
+
+# %%
+print("buffers:", [name for name, _ in positional.named_buffers()],
+      "| parameters:", [name for name, _ in positional.named_parameters()],
+      "| state_dict keys:", list(positional.state_dict()))
+assert "pe" not in positional.state_dict() and not list(positional.parameters())
+print("table size at max_len=5000, d_model=512:", f"{5000 * 512 * 4 / 2**20:.1f} MiB")
+
+# what a persistent table would do to checkpoints
+persistent = nn.Module()
+persistent.register_buffer("pe", sinusoidal_encoding(64, D))  # persistent=True by default
+bigger = nn.Module()
+bigger.register_buffer("pe", sinusoidal_encoding(128, D))
+try:
+    bigger.load_state_dict(persistent.state_dict())
+except RuntimeError as err:
+    print("persistent: ", str(err).splitlines()[1].strip())
+PositionalEncoding(D, max_len=128).load_state_dict(positional.state_dict())  # fine
+print("non-persistent: a max_len=64 state_dict loads into a max_len=128 module")
+
+# %% [markdown]
+# **Dropout comes after the addition.** In training mode a dropped entry is zero in the
+# *sum* (token and position together); the survivors are scaled by $1/(1-p)$. In
+# evaluation mode the module is exactly $x + PE$.
+
+# %%
+x = torch.randn(2, 5, D)
+positional.eval()
+assert torch.equal(positional(x), x + positional.pe[:5])
+positional.train()
+y = positional(x)
+dropped = y == 0
+kept = (y[~dropped] / (x + positional.pe[:5]).expand_as(x)[~dropped])
+print(f"training mode: fraction of entries dropped {dropped.float().mean().item():.2f} (p = 0.1), "
+      f"survivors scaled by {kept.mean().item():.4f} (1/(1-p) = {1 / 0.9:.4f})")
+assert torch.allclose(kept, torch.full_like(kept, 1 / 0.9))
+_ = positional.eval()
+
+# %% [markdown]
+# **The `start` hook.** Adding positions `start .. start+T-1` to a short piece equals adding
+# positions to the whole sequence and slicing: this is what lets chapter 10 feed one token
+# at a time.
+
+# %%
+whole = positional(x)  # positions 0..4
+pieces = torch.cat([positional(x[:, t:t + 1], start=t) for t in range(5)], dim=1)  # one position at a time
+assert torch.equal(pieces, whole)
+assert torch.equal(positional(x[:, 2:], start=2), whole[:, 2:])
+print("positional(x[:, t:t+1], start=t) for t = 0..4 equals positional(x):", torch.equal(pieces, whole))
+
+# %% [markdown]
+# **Bad input** is refused with an error that names the argument.
+
+# %%
+def raises(error: type[Exception], fn, *args, **kwargs) -> str:
+    """Call fn and return the message of the expected error (fail if none is raised)."""
+    try:
+        fn(*args, **kwargs)
+    except error as err:
+        return str(err)
+    raise AssertionError(f"{fn} did not raise {error.__name__}")
+
+
+for error, fn, args, kwargs in [
+    (ValueError, PositionalEncoding, (15,), {}),  # odd d_model
+    (ValueError, positional, (torch.randn(5, D),), {}),  # rank 2: batch missing
+    (ValueError, positional, (torch.randn(1, 5, 256),), {}),  # wrong d_model
+    (TypeError, positional, (ids,), {}),  # token ids instead of embeddings
+    (ValueError, positional, (torch.randn(1, 65, D),), {}),  # longer than max_len=64
+    (ValueError, positional, (torch.randn(1, 1, D),), {"start": 64}),  # generating past max_len
+    (ValueError, positional, (torch.randn(1, 1, D),), {"start": -1}),
+]:
+    print(f"{error.__name__}: {raises(error, fn, *args, **kwargs)}")
+
+# %% [markdown]
+# ### Why add, and not concatenate?
+#
+# Concatenating $[x_{tok};\, PE(pos)]$ would keep the two signals apart, but it widens every
+# vector, and with it every weight matrix of every later layer. And it buys little: the
+# first thing the model does with its input is multiply it by matrices, and a matrix applied
+# to a concatenation is the **sum** of two matrices applied to the parts,
+#
+# $$W\,[x_{tok};\, PE(pos)] = W_{tok}\, x_{tok} + W_{pos}\, PE(pos).$$
+#
+# Adding is the special case $W_{tok} = W_{pos}$. Since the embeddings are learned, the model
+# can place token vectors in directions that the position signal barely uses, and in 512
+# dimensions there is plenty of room. We can check that the sum still carries both: for
+# random token vectors at the running example's scale, the nearest token vector identifies
+# the token, and the best-matching row of the table identifies the position.
+
+# %%
+vocab = 1000
+token_table = TokenEmbedding(vocab, D).embedding.weight.detach() * math.sqrt(D)  # [1000, 512]
+table64 = sinusoidal_encoding(64, D)  # [64, 512]
+token_ids = torch.randint(0, vocab, (64,))
+mixed = token_table[token_ids] + table64  # [64, 512]: token + position, added
+token_hit = ((mixed @ token_table.T).argmax(-1) == token_ids).float().mean().item()
+pos_guess = (mixed @ table64.T).argmax(-1)  # best-matching position
+pos_hit = (pos_guess == torch.arange(64)).float().mean().item()
+near_hit = ((pos_guess - torch.arange(64)).abs() <= 1).float().mean().item()
+print(f"token read back from the sum: {token_hit:.0%}; position read back exactly: {pos_hit:.0%}, "
+      f"within one place: {near_hit:.0%}")
+assert token_hit == 1.0 and pos_hit > 0.75 and near_hit > 0.95
+
+# %% [markdown]
+# Even this crude reader, a dot product with no training, recovers every token and nearly
+# every position from the sum; a learned projection does better. (Neighbouring positions
+# are the hard case: their encodings are close, $PE(p)\cdot PE(p+1) \approx 249$ against
+# $\lVert PE \rVert^2 = 256$, which is what we want from a smooth code.)
+
+# %% [markdown]
+# ## 6 · Figures
+#
+# **The encoding as a picture**: one row per position, one column per dimension. The left
+# columns (fast hands) flicker from row to row; the right columns (slow hands) barely change
+# over 100 positions.
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 4))
+im = ax.imshow(sinusoidal_encoding(100, 128), cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+ax.set(xlabel="dimension j (even: sin, odd: cos)", ylabel="position pos",
+       title=r"sinusoidal positional encoding, $d_{model}=128$, positions 0..99")
+fig.colorbar(im, ax=ax, fraction=0.03)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **The frequencies.** Left: the wavelength $2\pi/\omega_i$ of each pair $i$ grows
+# geometrically from $2\pi$ to nearly $10000 \cdot 2\pi$ (a straight line on a log scale).
+# Right: four of the sine dimensions along the positions.
+
+# %%
+i = torch.arange(D // 2)
+wavelength = 2 * math.pi * 10000 ** (2 * i / D)
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+ax1.semilogy(i, wavelength)
+ax1.set(xlabel="pair index i (dimensions 2i, 2i+1)", ylabel="wavelength (positions)",
+        title=r"wavelength $2\pi / \omega_i$, $d_{model}=512$")
+curves = sinusoidal_encoding(100, D)
+for j in [0, 64, 128, 192]:
+    ax2.plot(curves[:, j], label=f"dimension {j}, wavelength {wavelength[j // 2]:.0f}")
+ax2.set(xlabel="position", ylabel="PE(pos, j)", title="a few sine dimensions")
+ax2.legend(fontsize=7, loc="lower left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# **The relative-offset property as a picture.** Left: one pair of dimensions is a point on
+# the unit circle; positions 3 and 10 (and 20 and 27) are both 7 steps apart, and the
+# angle between them is the same. Middle: the matrix of all dot products
+# $PE(p)\cdot PE(q)$ is constant along every diagonal, since it depends on $q - p$ only.
+# Right: $PE(pos)\cdot PE(pos+k)$ as a function of $k$, drawn for three starting positions:
+# the curves lie exactly on top of each other.
+
+# %%
+table = sinusoidal_encoding(128, D)  # [128, 512]
+fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.9), gridspec_kw={"width_ratios": [0.8, 1, 1.2]})
+pair = 4  # dimensions 8 and 9, wavelength about 9.7 positions
+theta = torch.linspace(0, 2 * math.pi, 200)
+ax1.plot(torch.cos(theta), torch.sin(theta), color="lightgray")
+for p, colour in [(3, "C0"), (20, "C1")]:
+    for q, marker in [(p, "o"), (p + 7, "s")]:
+        s_, c_ = table[q, 2 * pair].item(), table[q, 2 * pair + 1].item()
+        ax1.plot([0, c_], [0, s_], color=colour, lw=1)
+        ax1.plot(c_, s_, marker, color=colour, label=f"pos {q}")
+ax1.set(aspect="equal", xlabel=f"PE(pos, {2 * pair + 1}) = cos", ylabel=f"PE(pos, {2 * pair}) = sin",
+        title="one pair: a shift by 7 = same angle")
+ax1.legend(fontsize=7, loc="lower left")
+im = ax2.imshow(table @ table.T, cmap="viridis", aspect="equal")
+ax2.set(xlabel="position q", ylabel="position p", title=r"$PE(p)\cdot PE(q)$")
+fig.colorbar(im, ax=ax2, fraction=0.046)
+for p in [0, 20, 60]:
+    dots = (table[p:p + 64] * table[p]).sum(-1)  # k = 0..63
+    ax3.plot(dots, lw=4 if p == 0 else 1.5, alpha=0.6 if p == 0 else 1, label=f"pos = {p}")
+ax3.set(xlabel="offset k", ylabel=r"$PE(pos)\cdot PE(pos+k)$", title="depends on k only")
+ax3.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 7 · What we can do now, and what is still missing
+#
+# The input to the model is now complete: `[B, T]` ids become `[B, T, d_model]` vectors
+# that say both *which token* and *where*. The same word at two positions now gets two
+# different vectors, and offsets between positions are expressible by a linear map.
+#
+# What is still missing is **context**. Each vector is still computed from one token and
+# one position alone: the vector for *apples* does not depend on *love* before it. Nothing
+# yet lets one position read another. Chapter 03 builds that: self-attention, in which each
+# position asks a question (a query), compares it with what the other positions offer
+# (keys), and takes a weighted mix of their contents (values). Attention alone treats its
+# input as a set (chapter 03 shows it); it is the positional encoding built here that lets
+# it tell *I love apples* from *apples love I*.
+
+# %% [markdown]
+# ## 8 · Exercises
+#
+# The exercises are independent of each other; each check tests only the function above it.
+#
+# ### Exercise 1 · The rotation matrix
+# Write `rotation_matrix(k, d_model)` returning the `[d_model, d_model]` matrix $R(k)$ of
+# section 2 (float64), block-diagonal with the blocks
+# $\begin{pmatrix}\cos\omega_i k & \sin\omega_i k\\ -\sin\omega_i k & \cos\omega_i k\end{pmatrix}$,
+# so that $R(k)\,PE(pos) = PE(pos+k)$. The check tests that equation for many positions and
+# offsets, including negative ones, and that $R(k)$ is orthogonal.
+
+# %%
+def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
+    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
+    ### BEGIN SOLUTION
+    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    c, s = torch.cos(w * k), torch.sin(w * k)
+    R = torch.zeros(d_model, d_model, dtype=torch.float64)
+    idx = torch.arange(0, d_model, 2)
+    R[idx, idx], R[idx, idx + 1] = c, s
+    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
+    return R
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-rotation
+_t = sinusoidal_encoding(300, 64).double()  # [300, 64]
+for _k in [1, 3, 17, 100, -5]:
+    _R = rotation_matrix(_k, 64)
+    assert _R.shape == (64, 64)
+    _src = _t[max(0, -_k):300 - max(0, _k)]  # positions pos with pos + k inside the table
+    _dst = _t[max(0, _k):300 + min(0, _k)]
+    assert torch.allclose(_src @ _R.T.to(_src.dtype), _dst, atol=1e-5), _k
+    assert torch.allclose(_R @ _R.T, torch.eye(64, dtype=_R.dtype), atol=1e-10)
+print("ex1-rotation passed")
+
+# %% [markdown]
+# ### Exercise 2 · A learned positional embedding
+# Many later models (BERT, GPT-2) *learn* one vector per position instead of using
+# sinusoids. Complete `LearnedPositionalEmbedding(max_len, d_model)`: keep an
+# `nn.Embedding(max_len, d_model)` in the attribute `table`, and in `forward(x)` add row
+# $pos$ of it to `x[:, pos]` for every position (no dropout). The check tests the sum, that
+# the table is a trained parameter saved in `state_dict()` (unlike our buffer), and that a
+# gradient reaches exactly the rows used. What does this module do with a sequence longer
+# than `max_len`?
+
+# %%
+class LearnedPositionalEmbedding(nn.Module):
+    """x [batch, seq, d_model] -> x + table[0 .. seq-1], a learned table [max_len, d_model]."""
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.table = nn.Embedding(max_len, d_model)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ### BEGIN SOLUTION
+        positions = torch.arange(x.size(1), device=x.device)  # [seq]
+        return x + self.table(positions)  # [seq, d_model] broadcasts over the batch
+        ### END SOLUTION
+
+
+# %%
+#| check ex2-learned
+_m = LearnedPositionalEmbedding(10, 6)
+_x = torch.randn(3, 4, 6)
+_y = _m(_x)
+assert _y.shape == (3, 4, 6)
+assert torch.allclose(_y - _x, _m.table.weight[:4].expand(3, 4, 6), atol=1e-6)
+assert "table.weight" in _m.state_dict() and _m.state_dict()["table.weight"].shape == (10, 6)
+_y.sum().backward()
+assert _m.table.weight.grad[:4].abs().sum() > 0 and torch.all(_m.table.weight.grad[4:] == 0)
+print("ex2-learned passed")
+
+# %% [markdown]
+# ### Exercise 3 · Where am I?
+# Write `read_positions(x, table)`: each row of `x` (`[n, d]`) is some position's encoding
+# plus a little noise, and `table` (`[max_len, d]`) holds the encodings of positions
+# `0 .. max_len-1`. Return, for each row, the position whose encoding has the **largest dot
+# product** with it (`[n]`, integer). Why is the dot product a fair score here? (Hint: look
+# at the norms.) The check hides shuffled positions in noise.
+
+# %%
+def read_positions(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """x [n, d], table [max_len, d] -> [n] positions (int64) of best-matching rows."""
+    ### BEGIN SOLUTION
+    return (x @ table.T).argmax(dim=-1)  # [n, max_len] scores -> best position
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-read-positions
+_g = torch.Generator().manual_seed(3)
+_table = sinusoidal_encoding(100, 128)
+_pos = torch.randperm(100, generator=_g)[:40]
+_x = _table[_pos] + 0.1 * torch.randn(40, 128, generator=_g)
+_found = read_positions(_x, _table)
+assert _found.shape == (40,) and not _found.is_floating_point()
+assert torch.equal(_found, _pos), (_found, _pos)
+print("ex3-read-positions passed")
+
+# %% [markdown]
+# ### Exercise 4 · The similarity profile in closed form
+# Write `offset_similarity(k, d_model)`, the dot product $PE(pos)\cdot PE(pos+k)$ as a
+# float, **without building any encoding**: use the closed form of section 2. The check
+# compares it with dot products of real encodings at several starting positions.
+
+# %%
+def offset_similarity(k: int, d_model: int) -> float:
+    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
+    ### BEGIN SOLUTION
+    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    return torch.cos(w * k).sum().item()
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-offset-similarity
+_t = sinusoidal_encoding(400, 256).double()
+for _k in [0, 1, 2, 10, 77, 250]:
+    _expected = offset_similarity(_k, 256)
+    for _p in [0, 13, 149]:
+        assert abs((_t[_p] @ _t[_p + _k]).item() - _expected) < 1e-3, (_k, _p)
+assert abs(offset_similarity(0, 256) - 128) < 1e-9
+print("ex4-offset-similarity passed")
+
+# %% [markdown]
+# ## 9 · Summary
+#
+# * Token vectors alone make a sentence a **set**: *I love apples* and *apples love I*
+#   contain the same vectors. We add a position signal to each.
+# * The paper's signal is $PE(pos, 2i) = \sin(\omega_i pos)$,
+#   $PE(pos, 2i+1) = \cos(\omega_i pos)$ with $\omega_i = 10000^{-2i/d_{\text{model}}}$:
+#   one clock hand per pair of dimensions, wavelengths from $2\pi$ to almost
+#   $10000\cdot 2\pi$, bounded entries and norm $\sqrt{d_{\text{model}}/2}$ at every position.
+# * **Relative offsets are rotations**: $PE(pos+k) = R(k)\,PE(pos)$ for a fixed rotation
+#   $R(k)$, so $PE(pos)\cdot PE(pos+k) = \sum_i \cos(\omega_i k)$ depends on $k$ alone.
+# * It is **added**, not concatenated: a linear layer on a concatenation is a sum anyway,
+#   and both token and position can still be read back from the sum.
+# * `transformer.PositionalEncoding(d_model, max_len=5000, dropout=0.1)` keeps the table as
+#   a non-persistent buffer (not in checkpoints, so they do not depend on `max_len`), applies
+#   dropout after the addition, adds positions `start .. start+T-1` in
+#   `forward(x, start=0)` for step-by-step generation, and raises a clear error for an odd
+#   `d_model`, an input that is not `[batch, seq, d_model]`, or positions past `max_len`.
+#   `transformer.sinusoidal_encoding(length, d_model, start=0)` gives the table itself.
+# * Next: let positions read each other, with attention (chapter 03).

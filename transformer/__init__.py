@@ -6,8 +6,8 @@ The public API, in the order the book builds it.
 
 # chapter 01: Embedding: from token ids to vectors
 from transformer.embedding import TokenEmbedding
-# chapter 02: Positional encoding (skeleton: to be written as a full chapter)
-from transformer.positional import PositionalEncoding
+# chapter 02: Positional encoding: telling the model where each token stands
+from transformer.positional import sinusoidal_encoding, PositionalEncoding
 # chapter 03: Single-head attention
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 # chapter 04: The causal mask (skeleton: to be written as a full chapter)
@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "TokenEmbedding",
+    "sinusoidal_encoding",
     "PositionalEncoding",
     "scaled_dot_product_attention",
     "SingleHeadSelfAttention",
