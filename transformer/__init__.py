@@ -20,6 +20,10 @@ from transformer.feedforward import FeedForward
 from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model (skeleton: to be written as a full chapter)
 from transformer.model import Transformer, count_parameters
+# chapter 09: Training: teaching the model to translate
+from transformer.training import shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, evaluate_loss, train, TRANSLATOR_CHECKPOINT, CHECKPOINT_FORMAT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
+# chapter 09: Training: teaching the model to translate
+from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, SUBJECTS, NOUNS, ADJECTIVES, NUMBERS, VERBS, PLACES, TIMES, TENSES, MOODS, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
 
 __version__ = "0.1.0"
 
@@ -40,4 +44,43 @@ __all__ = [
     "Decoder",
     "Transformer",
     "count_parameters",
+    "shift_targets",
+    "label_smoothed_cross_entropy",
+    "noam_lr",
+    "make_optimizer",
+    "evaluate_loss",
+    "train",
+    "TRANSLATOR_CHECKPOINT",
+    "CHECKPOINT_FORMAT",
+    "Checkpoint",
+    "save_checkpoint",
+    "load_checkpoint",
+    "Evaluation",
+    "evaluate_translation",
+    "PAD_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "UNK_ID",
+    "SPECIAL_TOKENS",
+    "MAX_WORDS",
+    "SUBJECTS",
+    "NOUNS",
+    "ADJECTIVES",
+    "NUMBERS",
+    "VERBS",
+    "PLACES",
+    "TIMES",
+    "TENSES",
+    "MOODS",
+    "HELD_OUT_COMBINATIONS",
+    "sample_pair",
+    "generate_corpus",
+    "is_held_out",
+    "CorpusSplit",
+    "split_corpus",
+    "tokenize",
+    "Vocab",
+    "pad_sequences",
+    "collate",
+    "make_batches",
 ]
