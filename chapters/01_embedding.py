@@ -395,7 +395,7 @@ for i in ids[0].tolist():
 ax1.set(title=r"table $\sqrt{d}\,W_e$: one row per token", xlabel="dimension")
 im = ax2.imshow(x, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto")
 ax2.set_yticks(range(5), [f"{itos[i]}  (id {i})" for i in ids[0].tolist()])
-ax2.set(title="lookup: <bos> I love apples <eos>", xlabel="dimension")
+ax2.set(title="lookup: <bos> I love apples <eos>", xlabel="dimension", xticks=range(0, 16, 2))
 fig.colorbar(im, ax=ax2, fraction=0.05)
 fig.tight_layout()
 plt.show()

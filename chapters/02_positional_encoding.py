@@ -480,7 +480,7 @@ curves = sinusoidal_encoding(100, D)
 for j in [0, 64, 128, 192]:
     ax2.plot(curves[:, j], label=f"dimension {j}, wavelength {wavelength[j // 2]:.0f}")
 ax2.set(xlabel="position", ylabel="PE(pos, j)", title="a few sine dimensions")
-ax2.legend(fontsize=7, loc="lower left")
+ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
 fig.tight_layout()
 plt.show()
 
