@@ -16,10 +16,110 @@
 # ---
 
 # %% [markdown]
-# # 04 · The causal mask (skeleton: to be written as a full chapter)
+# # 04 · The causal mask
+#
+# Chapter 03 let every position read every other position. On the *target* side of a
+# translation that is cheating: the decoder would read the answer it is supposed to
+# predict. This chapter adds the `mask` argument of `scaled_dot_product_attention`: the
+# causal mask that hides the future, the padding mask that hides filler tokens, how the
+# two combine, and how to keep a row that sees nothing from turning into NaN.
 
 # %%
 #| default_exp masks
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+from transformer.attention import SingleHeadSelfAttention, scaled_dot_product_attention
+from transformer.embedding import TokenEmbedding
+from transformer.positional import PositionalEncoding
+
+_ = torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1 · The pressure: the decoder can peek
+#
+# The decoder produces `<bos> 我 喜欢 苹果 <eos>` one token at a time: having written
+# `<bos> 我 喜欢`, it must guess `苹果`. In training we do not loop; we feed the whole
+# target at once (*teacher forcing*) and ask every position for the **next** token:
+
+# %%
+tgt_vocab = ["<pad>", "<bos>", "<eos>", "我", "喜欢", "苹果", "爱", "你"]
+PAD = 0
+stoi = {token: i for i, token in enumerate(tgt_vocab)}
+target = ["<bos>", "我", "喜欢", "苹果", "<eos>"]
+decoder_in = torch.tensor([[stoi[t] for t in target[:-1]]])  # [1, 4]: <bos> 我 喜欢 苹果
+labels = target[1:]  # what each position must predict
+for t in range(4):
+    print(f"position {t}: has read {' '.join(target[: t + 1]):<18} must predict {labels[t]}")
+
+# %% [markdown]
+# Plain self-attention lets position 2 (`喜欢`, which must predict `苹果`) read position 3,
+# which *is* `苹果`. Let us measure it: replace `苹果` by `你` in the input and see which
+# outputs move.
+
+# %%
+d_model = 16
+embed = TokenEmbedding(len(tgt_vocab), d_model, padding_idx=PAD)
+positional = PositionalEncoding(d_model, max_len=32, dropout=0.0)
+head = SingleHeadSelfAttention(d_model)
+
+
+def changes(mask=None):
+    """How much each position's output moves when the last input token changes."""
+    edited = decoder_in.clone()
+    edited[0, 3] = stoi["你"]
+    with torch.no_grad():
+        a, _ = head(positional(embed(decoder_in)), mask)
+        b, _ = head(positional(embed(edited)), mask)
+    return (a - b).abs().amax(dim=-1)[0].tolist()  # [4]
+
+
+for t, c in enumerate(changes()):
+    print(f"position {t} ({target[t]}, must predict {labels[t]}): output moved by {c:.4f}")
+
+# %% [markdown]
+# Every position moves, including those that must predict `我`, `喜欢` and `苹果`: each
+# of them reads the token it is asked to predict (or a later one). A model trained this
+# way learns to copy the answer from the input, and at generation time, when `苹果` does
+# not exist yet, it has nothing to copy. Training and generation must see the same
+# thing: **position $t$ may read positions $0..t$ and nothing later.**
+
+# %% [markdown]
+# ## 2 · The idea: block some scores before the softmax
+#
+# A mask says, for each query $i$ and key $j$, whether $i$ **may attend** to $j$. In this
+# book a mask is a boolean tensor, and
+#
+# > **True means "may attend"** (True keeps the position), as in PyTorch's
+# > `torch.nn.functional.scaled_dot_product_attention`.
+# > `torch.nn.MultiheadAttention` uses the **opposite** convention: there, True in
+# > `attn_mask` or `key_padding_mask` means "blocked". Section 7 shows what happens if
+# > you mix them up.
+#
+# A blocked score is replaced by $-\infty$ before the softmax, so its weight is
+# $e^{-\infty} = 0$ and the other weights renormalise among themselves:
+#
+# $$
+# \tilde S_{ij} = \begin{cases} q_i\cdot k_j/\sqrt{d_k} & M_{ij} = \text{True} \\ -\infty & M_{ij} = \text{False} \end{cases}
+# \qquad A = \operatorname{softmax}(\tilde S), \qquad \text{output} = AV .
+# $$
+#
+# The **causal mask** allows $j \le i$: the lower triangle, diagonal included,
+# $M_{ij} = [\,j \le i\,]$. Seed 004 writes the same thing as an **additive** mask, a
+# float matrix added to the scores: $0$ where allowed and $-\infty$ where blocked,
+# $A = \operatorname{softmax}(S + M_{\text{add}})$. Section 5 shows that the two forms
+# agree, and section 6 where the $-\infty$ goes wrong.
+
+# %% [markdown]
+# ## 3 · The code
+#
+# Three small functions. `causal_mask` and `padding_mask` are shaped to broadcast
+# against the scores `[batch, heads, q_len, k_len]` without any reshaping by the caller:
+# the causal mask is the same for every sentence and head (`[1, 1, T, T]`), the padding
+# mask is the same for every head and query (`[B, 1, 1, T]`).
 
 # %%
 #| export
@@ -28,26 +128,551 @@ from torch import Tensor
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """Lower-triangular bool mask [1, 1, size, size]: query i may attend to keys 0..i."""
-    if not isinstance(size, int) or size <= 0:
+    """Lower-triangular bool mask [1, 1, size, size]: query i may attend to keys 0..i.
+
+    True means "may attend" (torch.nn.MultiheadAttention uses the opposite convention).
+    Broadcasts against scores [batch, heads, size, size].
+    """
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         raise ValueError(f"size must be a positive integer, got {size!r}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril().view(1, 1, size, size)
+    position = torch.arange(size, device=device)
+    mask = position[None, :] <= position[:, None]  # [size, size]: key j <= query i
+    return mask.view(1, 1, size, size)
 
 
 def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
-    """Bool mask [batch, 1, 1, seq] from token ids [batch, seq]: True at real tokens."""
+    """Bool mask [batch, 1, 1, seq] from token ids [batch, seq]: True at real (non-pad) tokens.
+
+    True means "may attend": every query may attend to the real keys of its own sentence.
+    Broadcasts against scores [batch, heads, q_len, seq].
+    """
     if ids.dim() != 2:
         raise ValueError(f"ids must have shape [batch, seq], got {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"ids must be an integer tensor of token ids, got dtype {ids.dtype}")
     return (ids != pad_id)[:, None, None, :]
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
-    """AND together bool masks by broadcasting (None means "no restriction")."""
+    """AND together bool masks by broadcasting; None means "no restriction".
+
+    For example padding [B, 1, 1, T] & causal [1, 1, T, T] -> [B, 1, T, T]. True means
+    "may attend" in every input and in the result. Returns None if every mask is None.
+    """
     result = None
-    for m in masks:
+    for i, m in enumerate(masks):
         if m is None:
             continue
         if m.dtype != torch.bool:
-            raise TypeError(f"masks must be bool tensors, got dtype {m.dtype}")
-        result = m if result is None else result & m
+            raise TypeError(
+                f"masks must be bool tensors (True = may attend); mask {i} has dtype {m.dtype}"
+            )
+        if result is None:
+            result = m
+            continue
+        try:
+            torch.broadcast_shapes(result.shape, m.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"mask {i} of shape {tuple(m.shape)} does not broadcast with the masks before it "
+                f"(combined shape {tuple(result.shape)})"
+            ) from None
+        result = result & m
     return result
+
+
+# %% [markdown]
+# The masked path itself lives in **one** place, chapter 03's
+# `scaled_dot_product_attention`. Its two masked lines are what this chapter is about:
+#
+# ```python
+# scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+# weights = scores.softmax(dim=-1) * mask
+# ```
+#
+# The most negative *finite* number instead of $-\infty$, and a multiplication by the
+# mask after the softmax. Section 6 shows why both are there.
+#
+# The causal mask for our four decoder inputs, and what it does to the experiment of
+# section 1:
+
+# %%
+mask = causal_mask(4)
+moved = changes(mask)
+print("causal_mask(4):", tuple(mask.shape))
+print(mask[0, 0].int())
+print("\n".join(f"position {t} ({target[t]}, must predict {labels[t]}): output moved by {c:.4f}"
+                for t, c in enumerate(moved)))
+
+# %%
+assert moved[:3] == [0.0, 0.0, 0.0] and moved[3] > 0  # only the edited position itself moves
+
+# %% [markdown]
+# Now only position 3, whose input we edited, moves. Exactly zero, not "small": masked
+# keys get weight exactly 0.
+
+# %% [markdown]
+# ## 4 · Padding, and combining masks by broadcasting
+#
+# Sentences in a batch have different lengths, so the short ones are filled up with
+# `<pad>` (id 0). Those positions are not words; no query should attend to them. A batch
+# of two targets, the second one padded:
+
+# %%
+batch = [["<bos>", "我", "喜欢", "苹果", "<eos>"], ["<bos>", "苹果", "<eos>", "<pad>", "<pad>"]]
+tgt = torch.tensor([[stoi[t] for t in sentence] for sentence in batch])  # [2, 5]
+pad = padding_mask(tgt, pad_id=PAD)  # [2, 1, 1, 5]
+causal = causal_mask(tgt.size(1))  # [1, 1, 5, 5]
+both = combine_masks(pad, causal)  # [2, 1, 5, 5]
+heads = 4
+scores = torch.randn(2, heads, 5, 5)  # what chapter 05 will compute: [B, heads, Tq, Tk]
+print(f"tgt               {tuple(tgt.shape)}          [B, T]")
+print(f"padding_mask      {tuple(pad.shape)}    [B, 1,     1,  Tk]  which keys are real words")
+print(f"causal_mask       {tuple(causal.shape)}    [1, 1,     Tq, Tk]  which keys are not in the future")
+print(f"combined (AND)    {tuple(both.shape)}    [B, 1,     Tq, Tk]")
+print(f"scores            {tuple(scores.shape)}    [B, heads, Tq, Tk]  the mask broadcasts over heads")
+print(f"broadcast result  {tuple(torch.broadcast_shapes(both.shape, scores.shape))}")
+
+# %% [markdown]
+# Broadcasting compares shapes from the right; a 1 stretches to match the other size.
+# Drawn out, axis by axis:
+#
+# | axis | padding `[B,1,1,Tk]` | causal `[1,1,Tq,Tk]` | combined | scores |
+# |---|---|---|---|---|
+# | batch | 2 | 1 → 2 | 2 | 2 |
+# | heads | 1 | 1 | 1 → heads | 4 |
+# | query | 1 → 5 | 5 | 5 | 5 |
+# | key | 5 | 5 | 5 | 5 |
+#
+# The padding mask is one row per sentence, copied down every query; the causal mask is
+# one triangle, copied across every sentence. In pictures (figures use pinyin: the
+# default matplotlib font has no Chinese characters):
+
+# %%
+pinyin = {"<bos>": "<bos>", "我": "wǒ", "喜欢": "xǐhuan", "苹果": "píngguǒ", "<eos>": "<eos>",
+          "<pad>": "<pad>", "爱": "ài", "你": "nǐ"}
+fig, axes = plt.subplots(2, 3, figsize=(11, 7))
+for b, sentence in enumerate(batch):
+    labels_b = [pinyin[t] for t in sentence]
+    panels = (
+        (pad[b, 0].expand(5, 5), f"padding_mask[{b}]: [1, 5] -> every query"),
+        (causal[0, 0], "causal_mask: [5, 5], same for all"),
+        (both[b, 0], f"combined[{b}] = padding & causal"),
+    )
+    for ax, (m, title) in zip(axes[b], panels, strict=True):
+        ax.imshow(m, cmap="Greens", vmin=0, vmax=1.4)
+        ax.set_xticks(range(5), labels_b, rotation=45)
+        ax.set_yticks(range(5), labels_b)
+        ax.set_title(title, fontsize=10)
+        for r in range(5):
+            for c in range(5):
+                ax.text(c, r, "T" if m[r, c] else "·", ha="center", va="center", fontsize=9)
+    axes[b, 0].set_ylabel(f"sentence {b}: query")
+for ax in axes[1]:
+    ax.set_xlabel("key")
+fig.suptitle("True (T) = may attend. Rows: queries, columns: keys.")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# In sentence 1, the pad *queries* (rows 3 and 4) still see the real words: their outputs
+# are computed and later ignored by the loss (chapter 09). What matters is that no real
+# query reads a pad *key*. For the encoder, the source padding mask `[B, 1, 1, S]` alone
+# is used, and the same mask serves cross-attention (queries from the target, keys from
+# the source: scores `[B, heads, T, S]`).
+
+# %%
+out, weights = scaled_dot_product_attention(scores, scores, torch.randn(2, heads, 5, 3), both)
+assert weights.shape == (2, heads, 5, 5)
+assert weights[~both.expand_as(weights)].eq(0).all()  # blocked pairs get weight exactly 0
+assert torch.allclose(weights.sum(-1), torch.ones(2, heads, 5))  # every row here sees <bos>
+print("blocked pairs have weight 0; every row sums to 1")
+
+# %% [markdown]
+# ## 5 · Boolean and additive masks are the same thing
+#
+# Seed 000 masks with booleans (`masked_fill`), seed 004 adds a float matrix of $0$ and
+# $-\infty$. They compute the same weights: adding $-\infty$ to a finite score gives
+# $-\infty$, exactly what `masked_fill` writes. Converting is one line each way, and the
+# outputs agree:
+
+# %%
+def additive_from_bool(mask: torch.Tensor) -> torch.Tensor:
+    """Seed 004's form: 0.0 where True (may attend), -inf where False."""
+    return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+
+
+def attention_additive(q, k, v, additive):
+    """Seed 004's attention: softmax(q k^T / sqrt(d_k) + additive) v."""
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    return torch.softmax(scores + additive, dim=-1) @ v
+
+
+q, k, v = torch.randn(2, heads, 5, 8), torch.randn(2, heads, 5, 8), torch.randn(2, heads, 5, 8)
+additive = additive_from_bool(both)
+ours, _ = scaled_dot_product_attention(q, k, v, both)
+theirs = attention_additive(q, k, v, additive)
+print(f"additive mask values: {sorted(set(additive.flatten().tolist()))}")
+gap = (ours - theirs).abs().max().item()
+print(f"boolean and additive outputs agree to 1e-6: {gap < 1e-6}")
+assert gap < 1e-6
+assert torch.equal(additive == 0, both.expand_as(additive))  # and back: bool = (additive == 0)
+
+# %% [markdown]
+# So why does this book take booleans? Because a float mask is ambiguous. A 0/1 float
+# mask ("1 = keep") and a 0/$-\infty$ additive mask ("0 = keep") are both float, and they
+# mean **opposite** things at 0. Our function therefore refuses a float mask instead of
+# guessing, and says how to convert:
+
+# %%
+try:
+    scaled_dot_product_attention(q, k, v, additive)
+except TypeError as err:
+    print("TypeError:", err)
+
+# %% [markdown]
+# ## 6 · The NaN pitfall
+#
+# What if a query row may attend to **nothing**? With $-\infty$ in every entry, the
+# softmax computes $e^{-\infty} / \sum e^{-\infty} = 0/0$: NaN. It happens for real:
+#
+# * a fully padded source sentence (an empty line in the data, or a batch padded to a
+#   fixed size): every cross-attention query sees only pads;
+# * **left** padding, common when batching prompts for generation: the first position is
+#   `<pad>`, the causal mask lets it see only itself, and the padding mask hides itself.
+#
+# Both seeds write `masked_fill(mask == 0, float("-inf"))` (seed 000) or add a $-\infty$
+# matrix (seed 004). Here is their attention, on the left-padded sentence
+# `<pad> <pad> <bos> 苹果`, stacked two layers deep as in a real decoder:
+
+# %%
+def seed_attention(q, k, v, mask):
+    """The seeds' version: -inf for blocked scores. (Do not use: NaN on empty rows.)"""
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+left = torch.tensor([[PAD, PAD, stoi["<bos>"], stoi["苹果"]]])  # [1, 4]
+left_mask = combine_masks(padding_mask(left, PAD), causal_mask(4))[:, 0]  # [1, 4, 4]: no heads axis
+
+x0 = positional(embed(left)).detach().requires_grad_()  # [1, 4, 16]
+
+
+def nan_rows(h):
+    """Positions whose output vector holds a NaN."""
+    return [t for t in range(h.size(1)) if h[0, t].isnan().any()]
+
+
+lines = [f"rows that may attend to nothing: {(~left_mask.any(-1)).nonzero()[:, -1].tolist()}"]
+for name, attend in (("seeds (-inf)", seed_attention),
+                     ("ours", lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0])):
+    h1 = attend(x0, x0, x0, left_mask)  # layer 1
+    h2 = attend(h1, h1, h1, left_mask)  # layer 2
+    (grad,) = torch.autograd.grad(h2[0, 3].sum(), x0)  # the real token's output
+    lines.append(f"{name:>13}: NaN rows after layer 1 {nan_rows(h1)}, after layer 2 "
+                 f"{nan_rows(h2)}, NaN in gradient: {bool(grad.isnan().any())}")
+print("\n".join(lines))
+assert "[0, 1, 2, 3], NaN in gradient: True" in lines[1] and "[], NaN in gradient: False" in lines[2]
+
+# %% [markdown]
+# With $-\infty$, rows 0 and 1 are NaN after one layer. In the second layer, the real
+# tokens give those pad keys weight 0, but $0 \times \text{NaN} = \text{NaN}$: the NaN
+# spreads to **every** position, and into every gradient. One bad sentence poisons the
+# whole batch, and training diverges. (A common patch, $-10^9$ instead of $-\infty$, fails
+# in half precision, where $-10^9$ is out of range and becomes $-\infty$ again, printed
+# below; and in full precision it makes an empty row attend uniformly to pad garbage
+# instead of to nothing.)
+#
+# Our fix, in the two lines of section 3:
+#
+# 1. Blocked scores get the most negative **finite** number of the dtype,
+#    $m = $ `torch.finfo(dtype).min` ($\approx -3.4\times10^{38}$ in float32). If the row
+#    has at least one visible score $s$, then $e^{m - s}$ underflows to exactly 0: the
+#    weights are identical to the $-\infty$ version. If nothing is visible, every entry is
+#    $m$, and the softmax is a finite, uniform row.
+# 2. Multiplying the weights by the mask turns that uniform row into zeros. So an empty
+#    row gives **zero weights and a zero output**, and since that output no longer
+#    depends on anything, zero gradient.
+#
+# PyTorch (since 2.5) does the same in its own math path: a fully masked row gives zeros.
+
+# %%
+print("float16 -1e9 ->", torch.tensor(-1e9, dtype=torch.float16).item())
+_, w_left = scaled_dot_product_attention(x0, x0, x0, left_mask)
+assert w_left[0, :2].eq(0).all()  # the empty rows: all-zero weights
+assert torch.allclose(w_left[0, 2:].sum(-1), torch.ones(2))  # the others: sum to 1
+h = x0
+for _ in range(2):
+    h, _ = scaled_dot_product_attention(h, h, h, left_mask)
+assert torch.isfinite(h).all() and h[0, :2].eq(0).all()
+
+# %% [markdown]
+# ## 7 · The convention, against `nn.MultiheadAttention`
+#
+# Say it once more: here, **True = may attend**. `torch.nn.MultiheadAttention` reads a
+# boolean `attn_mask` the other way round (True = *not* allowed), and its
+# `key_padding_mask` marks the *pads* with True. To check that the two agree when the
+# convention is respected, build our single head from the projections of a one-head
+# `nn.MultiheadAttention` and compare:
+
+# %%
+mha = nn.MultiheadAttention(d_model, num_heads=1, bias=False, batch_first=True)
+x = positional(embed(decoder_in)).detach()  # [1, 4, 16]
+w_q, w_k, w_v = mha.in_proj_weight.detach().chunk(3)  # each [16, 16], nn.Linear layout
+with torch.no_grad():
+    ours, _ = scaled_dot_product_attention(x @ w_q.T, x @ w_k.T, x @ w_v.T, mask)
+    ours = mha.out_proj(ours)
+    right, _ = mha(x, x, x, attn_mask=~mask[0, 0])  # their convention: True = blocked
+    wrong, _ = mha(x, x, x, attn_mask=mask[0, 0])  # our mask passed unchanged
+print(f"with ~mask:        equal to ours (to 1e-6): {torch.allclose(ours, right, atol=1e-6)}")
+print(f"with mask as is:   NaN rows {[t for t in range(4) if wrong[0, t].isnan().any()]}, "
+      f"row 0 difference {(ours - wrong)[0, 0].abs().max().item():.4f}")
+assert torch.allclose(ours, right, atol=1e-6)
+
+# %% [markdown]
+# Passed unchanged, our mask tells `nn.MultiheadAttention` to attend **only to the
+# future**: row 0 reads positions 1..3, and the last row sees nothing and becomes NaN. The
+# fix is `~mask`; the lesson is to state the convention wherever a mask is taken, as every
+# docstring in this package does.
+
+# %% [markdown]
+# ## 8 · No future leak, demonstrated
+#
+# Section 3 edited one token. Here is the general statement, tested two ways:
+#
+# * **perturbation**: change the input at positions $\ge t$ (any $t$, any change); the
+#   outputs at positions $< t$ do not change at all;
+# * **dependency map**: the gradient $\lVert \partial\, \text{out}_i / \partial x_j \rVert$
+#   is exactly zero for every $j > i$, a lower-triangular picture.
+
+# %%
+T = 6
+x = torch.randn(3, T, d_model)
+leak = 0.0
+for t in range(1, T):
+    x_edit = x.clone()
+    x_edit[:, t:] += 10 * torch.randn(3, T - t, d_model)  # scramble the future from t on
+    with torch.no_grad():
+        before = head(x, causal_mask(T))[0][:, :t]
+        after = head(x_edit, causal_mask(T))[0][:, :t]
+    leak = max(leak, (before - after).abs().max().item())
+print(f"largest change at positions before the edit, over all t: {leak}")
+assert leak == 0.0
+
+
+# %%
+def dependency_map(mask):
+    """[T, T]: norm of d out_i / d x_j for one sentence, by autograd."""
+    xs = x[:1].clone().requires_grad_()
+    rows = []
+    for i in range(T):
+        (g,) = torch.autograd.grad(head(xs, mask)[0][0, i].sum(), xs)
+        rows.append(g[0].norm(dim=-1))  # [T]: how much out_i depends on each x_j
+    return torch.stack(rows)  # [T, T]
+
+
+dep_free, dep_causal = dependency_map(None), dependency_map(causal_mask(T))
+lower = causal_mask(T)[0, 0]
+assert dep_causal[~lower].eq(0).all() and dep_causal[lower].gt(0).all()
+assert dep_free.gt(0).all()
+
+positive = torch.cat([dep_free[dep_free > 0], dep_causal[dep_causal > 0]]).log10()
+fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+for ax, dep, title in ((axes[0], dep_free, "no mask: all read all"),
+                       (axes[1], dep_causal, "causal mask: no future")):
+    shown = torch.where(dep > 0, dep.log10(), torch.nan)  # exact zeros stay blank
+    image = ax.imshow(shown, cmap="viridis", vmin=positive.min().item(), vmax=positive.max().item())
+    ax.set(xlabel="input position j", ylabel="output position i", title=title)
+fig.colorbar(image, ax=axes, shrink=0.8, label=r"$\log_{10}$ of the norm")
+fig.suptitle(r"$\|\partial\,\mathrm{out}_i / \partial x_j\|$; white = exactly 0")
+plt.show()
+
+# %% [markdown]
+# ## 9 · Bad input fails loudly
+#
+# Masks are where silent bugs hide, so every mistake below raises an error that names
+# the argument and the expected shape or dtype. The most dangerous one is the padding
+# mask without its two singleton axes: `[B, Tk]` against scores `[B, Tq, Tk]` broadcasts
+# as `[1, B, Tk]`, which *happens to work* when $B = T_q$ and is then silently wrong. That
+# is why `padding_mask` returns `[B, 1, 1, Tk]`; a wrong shape that cannot broadcast is
+# caught:
+
+# %%
+q3 = torch.randn(2, 5, 8)  # scores [2, 5, 5]
+bad_calls = {
+    "float 0/1 mask": lambda: scaled_dot_product_attention(q3, q3, q3, both.float()[:, 0]),
+    "int mask": lambda: scaled_dot_product_attention(q3, q3, q3, causal_mask(5).long()[0]),
+    "mask of wrong shape": lambda: scaled_dot_product_attention(q3, q3, q3, causal_mask(4)[0]),
+    "causal_mask(0)": lambda: causal_mask(0),
+    "causal_mask(-3)": lambda: causal_mask(-3),
+    "causal_mask(2.5)": lambda: causal_mask(2.5),
+    "padding_mask of 1-D ids": lambda: padding_mask(torch.tensor([1, 2, 0])),
+    "padding_mask of float ids": lambda: padding_mask(tgt.float()),
+    "combine float mask": lambda: combine_masks(pad, causal.float()),
+    "combine mismatched": lambda: combine_masks(pad, causal_mask(4)),
+}
+for name, call in bad_calls.items():
+    try:
+        call()
+    except (TypeError, ValueError) as err:
+        print(f"{name:>26} -> {type(err).__name__}: {err}")
+    else:
+        raise AssertionError(f"{name} was accepted")
+
+# %% [markdown]
+# ## What we can do now / what is still missing
+#
+# **Now:** the decoder's self-attention cannot peek (the causal mask), batches of
+# sentences of different lengths ignore their padding (the padding mask), both combine
+# by broadcasting into one boolean mask, and a row with nothing to see gives zeros, not
+# NaN. All of it goes through chapter 03's one function, `scaled_dot_product_attention`.
+#
+# **Still missing:** a single head computes a single notion of "relevant". `喜欢` needs
+# to look at its subject `我` and at the source word `love` at the same time. Chapter 05
+# runs several heads in parallel, each with its own $W_Q, W_K, W_V$; the masks of this
+# chapter already carry the `heads` axis (size 1) that lets them broadcast over all heads.
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a check cell below it. Make the check pass; do not edit the check.
+
+# %% [markdown]
+# ### Exercise 1 · The causal mask by comparison
+# Write `causal_by_hand(size)` returning a bool tensor `[size, size]` with True where key
+# $j$ may be attended by query $i$ ($j \le i$), **without** `torch.tril`, `torch.triu`
+# or our `causal_mask`: compare two `torch.arange` vectors with broadcasting. The check
+# compares with `causal_mask` for sizes 1 to 7.
+
+# %%
+def causal_by_hand(size):
+    """[size, size] bool: True where key j <= query i."""
+    ### BEGIN SOLUTION
+    i = torch.arange(size)[:, None]  # [size, 1]: query positions
+    j = torch.arange(size)[None, :]  # [1, size]: key positions
+    return j <= i
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-causal
+for _n in range(1, 8):
+    _m = causal_by_hand(_n)
+    assert _m.dtype == torch.bool, f"expected a bool tensor, got {_m.dtype}"
+    assert _m.shape == (_n, _n), f"expected shape ({_n}, {_n}), got {tuple(_m.shape)}"
+    assert torch.equal(_m, causal_mask(_n)[0, 0]), f"wrong mask for size {_n}"
+print("ex1 passed")
+
+# %% [markdown]
+# ### Exercise 2 · Padding masks from lengths
+# Data loaders often give each sentence's length instead of pad ids. Write
+# `mask_from_lengths(lengths, max_len)`: `lengths [B]` (integers) to a bool mask
+# `[B, 1, 1, max_len]`, True at positions $< $ the sentence's length. It must broadcast
+# against scores `[B, heads, Tq, max_len]` like `padding_mask`. The check builds padded
+# ids for random lengths and compares with `padding_mask`.
+
+# %%
+def mask_from_lengths(lengths, max_len):
+    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
+    ### BEGIN SOLUTION
+    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, None, :]
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-lengths
+_g = torch.Generator().manual_seed(2)
+_lengths = torch.tensor([5, 1, 3, 0])
+_ids = torch.randint(1, 8, (4, 5), generator=_g)
+_ids[torch.arange(5)[None, :] >= _lengths[:, None]] = 0  # pad after each length
+_m = mask_from_lengths(_lengths, 5)
+assert _m.shape == (4, 1, 1, 5), f"expected [4, 1, 1, 5], got {tuple(_m.shape)}"
+assert torch.equal(_m, padding_mask(_ids, 0))
+print("ex2 passed")
+
+# %% [markdown]
+# ### Exercise 3 · A finite additive mask
+# Some libraries want an additive float mask. Write `additive_mask(mask, dtype)`: from a
+# bool mask (True = may attend) to a float tensor of `dtype`, 0 where True and the most
+# negative **finite** number of `dtype` where False (no `inf` anywhere). The check adds
+# it to scores and compares the softmax with `scaled_dot_product_attention`'s weights, in
+# float32 and float64, on rows that see at least one key.
+
+# %%
+def additive_mask(mask, dtype):
+    """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
+    ### BEGIN SOLUTION
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-additive
+_g = torch.Generator().manual_seed(3)
+for _dtype in (torch.float32, torch.float64):
+    _q, _k = (torch.randn(2, 3, 4, 8, generator=_g, dtype=_dtype) for _ in range(2))
+    _m = torch.rand(2, 1, 4, 4, generator=_g) < 0.5
+    _a = additive_mask(_m, _dtype)
+    assert _a.dtype == _dtype and _a.shape == _m.shape
+    assert torch.isfinite(_a).all(), "the additive mask must be finite (no -inf)"
+    _w = torch.softmax(_q @ _k.transpose(-2, -1) / 8**0.5 + _a, dim=-1)
+    _, _expected = scaled_dot_product_attention(_q, _k, _k, _m)
+    _seen = _m.expand(2, 3, 4, 4).any(-1)
+    assert _seen.any() and torch.allclose(_w[_seen], _expected[_seen])
+print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · A leak detector
+# Write `future_leak(attend, x)`: for a function `attend(x) -> output`, both
+# `[B, T, d]`, return the largest absolute change of `output[:, :t]` when `x[:, t:]` is
+# replaced by random values, over all $t = 1 .. T-1$ (a float). A model that respects
+# causality gives exactly 0. The check runs your detector on a head with and without the
+# causal mask.
+
+# %%
+def future_leak(attend, x):
+    """Largest change of attend(x)[:, :t] when x[:, t:] is scrambled, over t = 1..T-1."""
+    ### BEGIN SOLUTION
+    T = x.size(1)
+    base = attend(x)
+    worst = 0.0
+    for t in range(1, T):
+        x2 = x.clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])
+        worst = max(worst, (attend(x2)[:, :t] - base[:, :t]).abs().max().item())
+    return worst
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-leak
+torch.manual_seed(4)
+_head = SingleHeadSelfAttention(8)
+_x = torch.randn(2, 6, 8)
+with torch.no_grad():
+    _causal = future_leak(lambda x: _head(x, causal_mask(6))[0], _x)
+    _free = future_leak(lambda x: _head(x)[0], _x)
+    _only_last = future_leak(lambda x: _head(x, causal_mask(6))[0] + x[:, -1:].mean(), _x)
+assert _causal == 0.0, f"a causal head leaks nothing, got {_causal}"
+assert _free > 1e-3, "an unmasked head leaks: the detector missed it"
+assert _only_last > 1e-3, "leak from the last position alone was missed (check t = T-1)"
+print("ex4 passed")
+
+# %% [markdown]
+# ## Summary
+#
+# * The decoder sees the whole target during training (teacher forcing), so position $t$
+#   must be kept from reading positions after $t$: the **causal mask**, lower-triangular,
+#   `causal_mask(T)` → `[1, 1, T, T]`.
+# * Pad tokens are hidden by the **padding mask**, `padding_mask(ids)` → `[B, 1, 1, T]`;
+#   `combine_masks` ANDs masks by broadcasting into `[B, 1, T, T]`, which broadcasts over
+#   heads.
+# * **True means "may attend"** (PyTorch's `scaled_dot_product_attention`);
+#   `nn.MultiheadAttention` uses the opposite, and mixing them up attends to the future.
+# * Boolean and additive (0 / $-\infty$) masks give the same weights; we take booleans,
+#   because a float mask is ambiguous, and refuse float masks with a clear error.
+# * With $-\infty$, a row that sees nothing is NaN, and the NaN spreads through every
+#   later layer and gradient. `scaled_dot_product_attention` uses the most negative
+#   finite number and multiplies by the mask: such a row gives zeros.
+# * No future leak, shown by perturbation and by the gradient's dependency map.

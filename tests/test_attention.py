@@ -232,8 +232,17 @@ def test_single_head_accepts_a_mask():
     head = SingleHeadSelfAttention(8)
     x = torch.randn(2, 4, 8)
     causal = torch.ones(4, 4, dtype=torch.bool).tril()
-    _, weights = head(x, causal)
-    assert weights.triu(1).eq(0).all()
+    out, weights = head(x, causal)
+    assert weights.shape == (2, 4, 4) and weights.triu(1).eq(0).all()
+    # 4-D masks with a heads axis of size 1 (as chapter 04 builds them) also fit one head
+    keep = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    mask4 = keep[:, None, None, :] & causal  # [2, 1, 4, 4]
+    out4, weights4 = head(x, mask4)
+    out3, weights3 = head(x, mask4[:, 0])
+    assert weights4.shape == (2, 4, 4)
+    torch.testing.assert_close(out4, out3)
+    torch.testing.assert_close(weights4, weights3)
+    torch.testing.assert_close(head(x, causal.view(1, 1, 4, 4))[0], out)
 
 
 # --- bad input ------------------------------------------------------------------------
@@ -253,9 +262,21 @@ def test_additive_float_mask_is_refused_not_misread():
         scaled_dot_product_attention(q, k, v, additive)
 
 
+def test_extra_leading_singleton_mask_axes_are_accepted():
+    """causal_mask-style [1, 1, T, T] masks also serve 3-D scores [B, T, T]."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(2, 4, 3, generator=gen) for _ in range(3))
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    out3, w3 = scaled_dot_product_attention(q, k, v, causal)
+    out5, w5 = scaled_dot_product_attention(q, k, v, causal.view(1, 1, 1, 4, 4))
+    assert out5.shape == (2, 4, 3) and w5.shape == (2, 4, 4)
+    torch.testing.assert_close(out5, out3)
+    torch.testing.assert_close(w5, w3)
+
+
 @pytest.mark.parametrize(
     "mask_shape",
-    [(3, 4), (2, 3, 3, 3), (1, 1, 5), (4, 3, 3), (2, 1, 1, 3, 3)],
+    [(3, 4), (2, 3, 3, 3), (1, 1, 5), (4, 3, 3), (2, 1, 1, 3, 3), (1, 2, 1, 3, 3)],
 )
 def test_mask_of_wrong_shape_is_refused(mask_shape):
     q = k = v = torch.randn(2, 3, 4)  # scores [2, 3, 3]

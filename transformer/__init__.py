@@ -10,7 +10,7 @@ from transformer.embedding import TokenEmbedding
 from transformer.positional import sinusoidal_encoding, PositionalEncoding
 # chapter 03: Single-head attention
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
-# chapter 04: The causal mask (skeleton: to be written as a full chapter)
+# chapter 04: The causal mask
 from transformer.masks import causal_mask, padding_mask, combine_masks
 # chapter 05: Multi-head attention (skeleton: to be written as a full chapter)
 from transformer.multihead import MultiHeadAttention

@@ -28,8 +28,13 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
-    """Raise unless mask is bool and broadcasts to the scores [..., q_len, k_len]."""
+def _check_mask(mask: Tensor, scores_shape: torch.Size) -> Tensor:
+    """Return mask, checked: bool, broadcasting to the scores [..., q_len, k_len].
+
+    Leading size-1 axes beyond the scores' rank are dropped, so that a mask built for
+    [batch, heads, q_len, k_len] (such as causal_mask's [1, 1, T, T]) also serves
+    scores without a heads axis.
+    """
     if mask.dtype != torch.bool:
         # A float mask is refused, never guessed at: 0/1 "keep" masks and 0/-inf additive
         # masks are both float, and they mean opposite things at 0.
@@ -37,6 +42,9 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
             f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
             "for an additive float mask (0 = keep, -inf = block) pass `mask == 0`"
         )
+    extra = mask.dim() - len(scores_shape)
+    if extra > 0 and all(n == 1 for n in mask.shape[:extra]):
+        mask = mask.view(mask.shape[extra:])
     try:
         fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
     except RuntimeError:
@@ -46,6 +54,7 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"[..., q_len, k_len] = {tuple(scores_shape)}"
         )
+    return mask
 
 
 def scaled_dot_product_attention(
@@ -60,8 +69,8 @@ def scaled_dot_product_attention(
 
     q: [..., q_len, d_k], k: [..., k_len, d_k], v: [..., k_len, d_v]; the leading
     dimensions (batch, heads) broadcast.
-    mask: optional bool tensor broadcastable to [..., q_len, k_len]; True means
-    "may attend", as in torch.nn.functional.scaled_dot_product_attention
+    mask: optional bool tensor broadcastable to [..., q_len, k_len] (extra leading
+    size-1 axes are allowed); True means "may attend", as in torch.nn.functional.scaled_dot_product_attention
     (torch.nn.MultiheadAttention's masks use the opposite convention). A query row
     that may attend to nothing gets all-zero weights and output, never NaN.
     dropout_p: dropout probability on the weights (pass 0.0 when not training).
@@ -78,7 +87,7 @@ def scaled_dot_product_attention(
     if mask is None:
         weights = scores.softmax(dim=-1)
     else:
-        _check_mask(mask, scores.shape)
+        mask = _check_mask(mask, scores.shape)
         # The most negative finite number, not -inf (chapter 04): next to any visible key
         # it still gets weight exactly 0, and a row with no visible key stays finite
         # (uniform) instead of 0/0 = NaN; multiplying by the mask then zeroes that row.
@@ -94,7 +103,9 @@ class SingleHeadSelfAttention(nn.Module):
 
     x [batch, seq, d_model] -> (output [batch, seq, d_k], weights [batch, seq, seq]).
     d_k defaults to d_model; values have the same size d_k. mask: optional bool,
-    True = may attend, broadcastable to [batch, seq, seq] (see chapter 04).
+    True = may attend, broadcastable to [batch, seq, seq], or a 4-D mask with a
+    heads axis of size 1, [batch or 1, 1, seq, seq], as chapter 04 builds them
+    (torch.nn.MultiheadAttention uses the opposite convention).
 
     Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
     """
@@ -116,6 +127,8 @@ class SingleHeadSelfAttention(nn.Module):
             raise ValueError(
                 f"x must have shape [batch, seq, d_model={self.d_model}], got {tuple(x.shape)}"
             )
+        if mask is not None and mask.dim() == 4 and mask.size(1) == 1:
+            mask = mask.squeeze(1)  # one head: drop the heads axis of a [B, 1, Tq, Tk] mask
         return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
 
 __all__ = ["scaled_dot_product_attention", "SingleHeadSelfAttention"]
