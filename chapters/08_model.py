@@ -16,13 +16,100 @@
 # ---
 
 # %% [markdown]
-# # 08 · The full encoder-decoder model (skeleton: to be written as a full chapter)
+# # 08 · The full encoder-decoder model
+#
+# Every part now exists: token embeddings (chapter 01), positions (02), attention
+# (03-05) with its masks (04), the feed-forward network (06), and the encoder and
+# decoder stacks (07). This chapter connects them into the model of "Attention Is All
+# You Need", checks it against the paper's parameter counts, and measures what it
+# costs as sentences get longer.
 
 # %%
 #| default_exp model
 
 # %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from transformer.blocks import Decoder, EncoderBlock
+from transformer.masks import causal_mask
+
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1 · The pressure: the stacks speak vectors, the task speaks tokens
+#
+# The running example is a pair of token sequences. With one vocabulary for both
+# languages (as the paper uses, see section 3), it is a list of ids:
+
+# %%
+vocab = ["<pad>", "<bos>", "<eos>", "I", "love", "apples", "我", "喜欢", "苹果"]
+token_id = {tok: i for i, tok in enumerate(vocab)}
+PAD, BOS, EOS = 0, 1, 2
+src_ids = torch.tensor([[token_id[t] for t in ["<bos>", "I", "love", "apples", "<eos>"]]])
+tgt_ids = torch.tensor([[token_id[t] for t in ["<bos>", "我", "喜欢", "苹果", "<eos>"]]])
+print("source ids:", src_ids.tolist(), tuple(src_ids.shape))
+print("target ids:", tgt_ids.tolist(), tuple(tgt_ids.shape))
+
+# %% [markdown]
+# Chapter 07's `Decoder` takes `[batch, tgt_len, d_model]` vectors and returns
+# `[batch, tgt_len, d_model]` vectors. What a translator has to produce is different:
+# for every target position, a **score for every word of the vocabulary**, so that we
+# can pick, or learn, the next word.
+
+# %%
+d = 16
+decoder = Decoder(2, d, 4, 4 * d, dropout=0.0).eval()
+states = decoder(torch.randn(1, 4, d), torch.randn(1, 5, d), causal_mask(4))
+print("decoder output:", tuple(states.shape), " <- one vector per position, not a word")
+
+# %% [markdown]
+# Three things are missing: the way **in** (ids to vectors, plus positions), the way
+# **out** (vectors to one score per vocabulary entry), and the **masks**, which
+# must be built from the ids (where the padding is) and the target length (what
+# the future is).
+#
+# ## 2 · The idea
+#
+# For a source $x_1..x_S$ and a target prefix $y_1..y_T$, with embedding tables
+# $E_{\text{src}}, E_{\text{tgt}} \in \mathbb{R}^{V \times d_{\text{model}}}$ and the
+# positional table $P$:
+# $$ H^{(0)}_{\text{src}} = \sqrt{d_{\text{model}}}\, E_{\text{src}}[x] + P_{1..S}, \qquad
+#    M = \operatorname{Encoder}\big(H^{(0)}_{\text{src}},\ m_{\text{src}}\big) \in \mathbb{R}^{S \times d_{\text{model}}} $$
+# $$ H^{(0)}_{\text{tgt}} = \sqrt{d_{\text{model}}}\, E_{\text{tgt}}[y] + P_{1..T}, \qquad
+#    Z = \operatorname{Decoder}\big(H^{(0)}_{\text{tgt}},\ M,\ m_{\text{tgt}},\ m_{\text{src}}\big) \in \mathbb{R}^{T \times d_{\text{model}}} $$
+# $$ \text{logits} = Z\, W_{\text{out}}^{\top} + b \in \mathbb{R}^{T \times V}, \qquad
+#    p(y_{t+1} \mid y_{\le t}, x) = \operatorname{softmax}(\text{logits}_t). $$
+#
+# The masks are boolean, **True = may attend**, broadcastable to
+# `[batch, heads, q_len, k_len]` (the opposite of `torch.nn.Transformer`'s convention):
+#
+# * $m_{\text{src}}$ `[B, 1, 1, S]`: True at real source tokens. It is used twice: by
+#   the encoder's self-attention and by the decoder's cross-attention (keys = source);
+# * $m_{\text{tgt}}$ `[B, 1, T, T]`: causal **and** not padding.
+#
+# **Sharing and tying.** When source and target share one vocabulary (the paper uses
+# one byte-pair vocabulary of about 37,000 tokens for English-German), one table can
+# serve both embeddings ($E_{\text{src}} = E_{\text{tgt}}$, `share_embeddings=True`),
+# and the output layer can reuse it too ($W_{\text{out}} = E_{\text{tgt}}$,
+# `tie_output=True`; seed 004). Tying says: the score of word $w$ is the dot product of
+# the decoder state with $w$'s own embedding. `nn.Embedding.weight` and
+# `nn.Linear.weight` both have shape `[V, d_model]`, so the same `Parameter` object
+# can be both, with no transpose. For the paper's base model this saves two tables of
+# $37000 \times 512 \approx 19$M numbers each.
+#
+# ## 3 · The code
+#
+# The paper's two configurations have names, so that `Transformer(V, V,
+# **PAPER_CONFIGS["base"])` builds the base model.
+
+# %%
 #| export
+import torch
 from torch import Tensor, nn
 
 from transformer.blocks import Decoder, Encoder
@@ -30,12 +117,27 @@ from transformer.embedding import TokenEmbedding
 from transformer.masks import causal_mask, combine_masks, padding_mask
 from transformer.positional import PositionalEncoding
 
+# The paper's Table 3 configurations (dropout 0.3 is the big model's English-German value).
+PAPER_CONFIGS: dict[str, dict] = {
+    "base": dict(d_model=512, num_heads=8, num_encoder_layers=6, num_decoder_layers=6,
+                 d_ff=2048, dropout=0.1),
+    "big": dict(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6,
+                d_ff=4096, dropout=0.3),
+}
+
 
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
-    forward(src [B, S], tgt [B, T]) -> logits [B, T, tgt_vocab_size] (never softmax).
-    Masks are bool, True = may attend.
+    forward(src [B, S], tgt [B, T]) -> logits [B, T, tgt_vocab_size] (never softmax:
+    the loss and the decoding strategies take logits). Token ids are integers; pad_id
+    marks padding. Masks are bool, True = may attend, broadcastable to
+    [B, heads, q_len, k_len] (torch.nn.Transformer uses the opposite convention).
+    share_embeddings: one table for source and target (needs equal vocabulary sizes);
+    tie_output: the output layer's weight is the target embedding table.
+    Initialisation: Xavier-uniform for every weight matrix of the encoder, decoder and
+    an untied output layer; embeddings keep TokenEmbedding's N(0, 1/d_model) (chapter 08
+    explains why).
     """
 
     def __init__(
@@ -56,56 +158,614 @@ class Transformer(nn.Module):
         tie_output: bool = False,
     ):
         super().__init__()
-        self.pad_id = pad_id
-        self.max_len = max_len
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs src_vocab_size == tgt_vocab_size, "
+                f"got {src_vocab_size} and {tgt_vocab_size}"
+            )
+        self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, padding_idx=pad_id)
-        if share_embeddings:
-            if src_vocab_size != tgt_vocab_size:
-                raise ValueError("share_embeddings needs src_vocab_size == tgt_vocab_size")
-            self.tgt_embed = self.src_embed
-        else:
-            self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, padding_idx=pad_id)
-        self.positional = PositionalEncoding(d_model, max_len, dropout)
-        self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
-        self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout, activation, norm_first)
-        self.generator = nn.Linear(d_model, tgt_vocab_size)
-        self._reset_parameters()
+        self.tgt_embed = (self.src_embed if share_embeddings
+                          else TokenEmbedding(tgt_vocab_size, d_model, padding_idx=pad_id))
+        self.positional = PositionalEncoding(d_model, max_len, dropout)  # no parameters
+        self.encoder = Encoder(num_encoder_layers, d_model, num_heads, d_ff, dropout,
+                               activation, norm_first)
+        self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout,
+                               activation, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)  # decoder state -> vocabulary scores
         if tie_output:
-            self.generator.weight = self.tgt_embed.embedding.weight
+            self.generator.weight = self.tgt_embed.embedding.weight  # one Parameter, two roles
+        self._reset_parameters()
 
     def _reset_parameters(self) -> None:
+        # Xavier for the matrices that multiply activations (fan_in and fan_out are real
+        # there); the embedding tables are lookups, so they get their own N(0, 1/d_model),
+        # and a tied output layer shares it.
+        tables = {id(self.src_embed.embedding.weight), id(self.tgt_embed.embedding.weight)}
         for p in self.parameters():
-            if p.dim() > 1:
+            if p.dim() > 1 and id(p) not in tables:
                 nn.init.xavier_uniform_(p)
+        self.src_embed.reset_parameters()
+        if self.tgt_embed is not self.src_embed:
+            self.tgt_embed.reset_parameters()
+
+    def _check_ids(self, ids: Tensor, name: str, start: int = 0) -> None:
+        """Token ids must be [batch, len] with start + len <= max_len."""
+        if not isinstance(ids, Tensor) or ids.dim() != 2:
+            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"{name} must be token ids of shape [batch, {name}_len], got {shape}")
+        if start + ids.size(1) > self.max_len:
+            raise ValueError(
+                f"{name} is too long: {name}_len={ids.size(1)}"
+                + (f" at start={start}" if start else "")
+                + f" exceeds max_len={self.max_len}; build the Transformer with a larger max_len"
+            )
 
     def make_src_mask(self, src: Tensor) -> Tensor:
         """src [B, S] -> bool [B, 1, 1, S]: True at real (non-pad) source tokens."""
         return padding_mask(src, self.pad_id)
 
     def make_tgt_mask(self, tgt: Tensor) -> Tensor:
-        """tgt [B, T] -> bool [B, 1, T, T]: causal AND not padding."""
+        """tgt [B, T] -> bool [B, 1, T, T]: causal AND not padding (True = may attend)."""
         return combine_masks(padding_mask(tgt, self.pad_id), causal_mask(tgt.size(1), tgt.device))
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """src [B, S] -> memory [B, S, d_model]."""
+        """src [B, S] -> memory [B, S, d_model]. src_mask defaults to make_src_mask(src)."""
+        self._check_ids(src, "src")
         if src_mask is None:
             src_mask = self.make_src_mask(src)
-        return self.encoder(self.positional(self.src_embed(src)), src_mask)
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)  # [B, S, d_model]
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None) -> Tensor:
-        """tgt [B, T], memory [B, S, d_model] -> logits [B, T, tgt_vocab_size]."""
+               tgt_mask: Tensor | None = None, caches: list[dict] | None = None,
+               start: int = 0) -> Tensor:
+        """tgt [B, T], memory [B, S, d_model] -> logits [B, T, tgt_vocab_size].
+
+        src_mask [B, 1, 1, S] hides padded source tokens from cross-attention (None: all
+        visible). tgt_mask defaults to make_tgt_mask(tgt); with caches (chapter 10's
+        incremental decoding: one dict per decoder layer) tgt holds the tokens at
+        positions start .. start+T-1, and the default mask lets each of them see every
+        earlier position, cached or new.
+        """
+        self._check_ids(tgt, "tgt", start)
+        if memory.size(0) != tgt.size(0):
+            raise ValueError(
+                f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}: "
+                "source and target batches must match"
+            )
         if tgt_mask is None:
-            tgt_mask = self.make_tgt_mask(tgt)
-        x = self.decoder(self.positional(self.tgt_embed(tgt)), memory, tgt_mask, src_mask)
-        return self.generator(x)
+            if caches is None or start == 0:
+                tgt_mask = self.make_tgt_mask(tgt)
+            else:  # queries start..start+T-1 against keys 0..start+T-1
+                t = tgt.size(1)
+                tgt_mask = torch.ones(t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
+        x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
+        x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
+        return self.generator(x)  # [B, T, tgt_vocab_size]
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """src [B, S], tgt [B, T] -> logits [B, T, tgt_vocab_size]."""
-        src_mask = self.make_src_mask(src)
+        self._check_ids(src, "src")
+        self._check_ids(tgt, "tgt")
+        if src.size(0) != tgt.size(0):
+            raise ValueError(
+                f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
+                f"and tgt {tuple(tgt.shape)}"
+            )
+        src_mask = self.make_src_mask(src)  # [B, 1, 1, S]
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
 
+# %% [markdown]
+# `count_parameters` counts each `Parameter` once: with sharing and tying, one table
+# plays three roles but holds one set of numbers (`model.parameters()` already
+# de-duplicates shared tensors).
+
+# %%
+#| export
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
-    """Number of distinct parameters (tied weights counted once)."""
+    """Number of distinct parameters (shared or tied weights counted once).
+
+    model: any nn.Module; trainable_only: count only parameters with requires_grad.
+    """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+# %% [markdown]
+# ### Initialisation: Xavier, but not for the embedding tables
+#
+# Seed 003 initialises every matrix with Xavier (Glorot) uniform,
+# $W \sim U\big(-\sqrt{6/(n_{\text{in}} + n_{\text{out}})},\ \sqrt{6/(n_{\text{in}} + n_{\text{out}})}\big)$,
+# i.e. variance $2/(n_{\text{in}} + n_{\text{out}})$. For a `Linear` layer this keeps the
+# variance of activations and of gradients roughly constant from layer to layer,
+# which is what it was designed for. An embedding table `[V, d_model]` is not such a
+# layer: a lookup reads one row, nothing is summed over $V$ inputs, so "$n_{\text{in}} =
+# V$" means nothing, and Xavier's scale would depend on the vocabulary size. What
+# the table needs is that $\sqrt{d_{\text{model}}}\,E[w]$ (the paper's scaled
+# embedding) has entries of variance about 1, comparable to the positional signal
+# (its sines and cosines have variance 1/2), so that neither drowns the other. That
+# is chapter 01's $\mathcal{N}(0, 1/d_{\text{model}})$. With a tied output layer the same
+# table also produces the logits, $z_w = h \cdot E[w]$ with $h$ a LayerNorm output
+# (entries of variance 1), so the logits start with variance about $d_{\text{model}}
+# \cdot 1/d_{\text{model}} = 1$: small, and the first predictions are close to uniform.
+#
+# So the model applies Xavier to every weight matrix of the encoder, the decoder and
+# an untied output layer, and leaves the embedding tables to `TokenEmbedding`. Measured:
+
+# %%
+torch.manual_seed(0)
+d_paper = 512
+pe_std = 0.5 ** 0.5  # a sinusoid's standard deviation
+print(f"{'V':>6s}  {'Xavier: std of sqrt(d)*E':>25s}  {'N(0,1/d): std of sqrt(d)*E':>27s}  PE std")
+for V in (32, 1000, 37000):
+    table = torch.empty(V, d_paper)
+    nn.init.xavier_uniform_(table)
+    xavier_std = (table * math.sqrt(d_paper)).std().item()
+    ours_std = (TokenEmbedding(V, d_paper).embedding.weight * math.sqrt(d_paper)).std().item()
+    print(f"{V:6d}  {xavier_std:25.3f}  {ours_std:27.3f}  {pe_std:.3f}")
+
+# %% [markdown]
+# With the paper's 37,000-token vocabulary, Xavier would make the token signal
+# (0.165) four times weaker than the position signal (0.707): the first layers would
+# mostly see *where* a token is, not *which* token it is. (For a toy vocabulary the
+# two happen to agree, which is how the problem hides in small experiments.)
+#
+# ## 4 · Shape trace of seed 000's demo
+#
+# Seed 000 ends with a two-sentence batch: a source `[2, 6]` and a decoder input
+# `[2, 4]`, both padded with id 0, a vocabulary of 32, `d_model = 32`, 4 heads, 2+2
+# layers. We follow it through the model step by step.
+
+# %%
+torch.manual_seed(0)
+
+demo_src = torch.tensor([[1, 5, 7, 9, 2, 0],
+                         [1, 8, 4, 2, 0, 0]])
+demo_tgt = torch.tensor([[1, 6, 3, 2],
+                         [1, 9, 2, 0]])
+demo = Transformer(src_vocab_size=32, tgt_vocab_size=32, d_model=32, num_heads=4,
+                   num_encoder_layers=2, num_decoder_layers=2, d_ff=64, dropout=0.1,
+                   max_len=32, pad_id=0).eval()
+
+with torch.no_grad():
+    src_mask = demo.make_src_mask(demo_src)
+    tgt_mask = demo.make_tgt_mask(demo_tgt)
+    src_x = demo.positional(demo.src_embed(demo_src))
+    tgt_x = demo.positional(demo.tgt_embed(demo_tgt))
+    memory = demo.encoder(src_x, src_mask)
+    dec_out = demo.decoder(tgt_x, memory, tgt_mask, src_mask)
+    logits = demo.generator(dec_out)
+    trace = [("src ids", demo_src), ("tgt ids (decoder input)", demo_tgt),
+             ("src_mask", src_mask), ("tgt_mask", tgt_mask),
+             ("src embedding + position", src_x), ("tgt embedding + position", tgt_x),
+             ("memory (encoder output)", memory), ("decoder output", dec_out),
+             ("logits", logits)]
+    for name, t in trace:
+        print(f"{name:26s} {str(list(t.shape)):15s} {t.dtype}")
+    assert torch.equal(logits, demo(demo_src, demo_tgt))  # the same as forward
+print("parameters:", f"{count_parameters(demo):,}")
+
+# %% [markdown]
+# `logits[b, t]` holds 32 scores: the model's opinion about the token that follows
+# position `t` of sentence `b`. The target mask of the second sentence shows both
+# of its ingredients, causality (the triangle) and the padded last position (its
+# column is False everywhere):
+
+# %%
+print(tgt_mask[1, 0].int())
+
+# %% [markdown]
+# ### Logits, never softmax
+#
+# The model returns logits and leaves the softmax to whoever needs probabilities
+# (seed 004). Training uses `F.cross_entropy`, which applies `log_softmax` inside,
+# computed stably as $z_i - \log\sum_j e^{z_j}$ with the maximum subtracted first;
+# a model that returned probabilities would force `log(softmax(z))`, which breaks as
+# soon as the model is confident:
+
+# %%
+confident = torch.tensor([[0.0, 120.0, 3.0]])  # logits of a sure model
+print("log(softmax(z)):", [round(v, 2) for v in torch.log(torch.softmax(confident, -1))[0].tolist()])
+print("log_softmax(z): ", [round(v, 2) for v in F.log_softmax(confident, -1)[0].tolist()])
+loss_probs = F.nll_loss(torch.log(torch.softmax(confident, -1)), torch.tensor([0]))
+loss_logits = F.cross_entropy(confident, torch.tensor([0]))
+print("loss if the right answer is token 0:", loss_probs.item(), "vs", round(loss_logits.item(), 2))
+
+# %% [markdown]
+# `exp(-120)` underflows to 0 in float32, its log is `-inf`, and one such token
+# turns the whole batch's loss into `inf`. At generation time (chapter 10) the logits
+# are what every strategy wants: greedy decoding takes the argmax (the softmax does not
+# change it), temperature divides the logits before the softmax, top-k and top-p
+# choose candidates from them, and beam search adds log-probabilities.
+#
+# ### Teacher forcing: the shift
+#
+# The decoder predicts the *next* token at every position, so training feeds it
+# the target **without its last token** and asks for the target **without its
+# first**. Thanks to the causal mask, position $t$ sees only $y_{\le t}$, and one
+# forward pass trains all positions at once. Chapter 09 builds the training loop on
+# this; here is the shift on the running example:
+
+# %%
+decoder_input, labels = tgt_ids[:, :-1], tgt_ids[:, 1:]
+print(f"{'position':>8s}  {'decoder sees':24s}  {'must predict':12s}")
+for t in range(decoder_input.size(1)):
+    seen = " ".join(vocab[i] for i in decoder_input[0, : t + 1].tolist())
+    print(f"{t:8d}  {seen:24s}  {vocab[labels[0, t].item()]}")
+
+torch.manual_seed(0)
+toy = Transformer(len(vocab), len(vocab), d_model=32, num_heads=4, num_encoder_layers=2,
+                  num_decoder_layers=2, d_ff=64, max_len=16, share_embeddings=True,
+                  tie_output=True).eval()
+with torch.no_grad():
+    toy_logits = toy(src_ids, decoder_input)  # [1, 4, 9]
+loss = F.cross_entropy(toy_logits.flatten(0, 1), labels.flatten())
+print("logits", tuple(toy_logits.shape), "| untrained loss", round(loss.item(), 3),
+      "| uniform guess ln(V) =", round(math.log(len(vocab)), 3))
+
+# %% [markdown]
+# The untrained model's loss is near $\ln V$, the loss of a uniform guess. It sits
+# about half a nat above it, as expected: logits with variance $\sigma^2 \approx 1$
+# (the tied initialisation above) cost about $\sigma^2/2$ on average. Had the table
+# been drawn from chapter 01's unscaled $\mathcal{N}(0, 1)$, the logits would have
+# variance $d_{\text{model}}$ (32 here) and the first loss would be several nats higher.
+#
+# ## 5 · Checks
+#
+# The model's invariants, as assertions on random inputs:
+#
+# * logits have shape `[B, T, V]`, and `forward = decode(encode)`;
+# * **no future leak**: changing target tokens after position $t$ leaves the logits
+#   at positions $\le t$ unchanged;
+# * **padding is invisible**: appending padding to the source leaves the logits
+#   unchanged, and a fully padded source gives finite logits, not NaN;
+# * sharing and tying make one `Parameter`, counted once.
+
+# %%
+torch.manual_seed(0)
+model = Transformer(50, 50, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                    d_ff=64, max_len=20).eval()
+src = torch.randint(1, 50, (3, 7))
+tgt = torch.randint(1, 50, (3, 6))
+with torch.no_grad():
+    out = model(src, tgt)
+    assert out.shape == (3, 6, 50)
+    assert torch.allclose(out, model.decode(tgt, model.encode(src), model.make_src_mask(src)))
+
+    tgt2 = tgt.clone()
+    tgt2[:, 4:] = torch.randint(1, 50, (3, 2))  # change the future of position 3
+    assert torch.allclose(model(src, tgt2)[:, :4], out[:, :4], atol=1e-6)
+
+    src_padded = torch.cat([src, torch.zeros(3, 5, dtype=torch.long)], dim=1)  # + 5 pads
+    assert torch.allclose(model(src_padded, tgt), out, atol=1e-5)
+
+    all_pad = torch.zeros(3, 7, dtype=torch.long)
+    assert torch.isfinite(model(all_pad, tgt)).all()
+
+tied = Transformer(50, 50, d_model=32, num_heads=4, num_encoder_layers=1, num_decoder_layers=1,
+                   d_ff=64, share_embeddings=True, tie_output=True)
+assert tied.src_embed.embedding.weight is tied.tgt_embed.embedding.weight is tied.generator.weight
+untied = Transformer(50, 50, d_model=32, num_heads=4, num_encoder_layers=1, num_decoder_layers=1,
+                     d_ff=64)
+assert count_parameters(untied) - count_parameters(tied) == 2 * 50 * 32
+print("model checks passed")
+
+# %% [markdown]
+# Bad input gets an error that names the argument:
+
+# %%
+def show_error(fn) -> None:
+    try:
+        fn()
+    except (ValueError, TypeError, IndexError) as err:
+        print(f"{type(err).__name__}: {err}")
+
+
+show_error(lambda: Transformer(100, 100, d_model=30, num_heads=8))
+show_error(lambda: model(src, tgt[:2]))  # 3 source sentences, 2 targets
+show_error(lambda: model(src, torch.randint(1, 50, (3, 25))))  # max_len is 20
+show_error(lambda: model(torch.randint(1, 50, (3, 21)), tgt))
+show_error(lambda: model(src, tgt + 100))  # ids outside the vocabulary
+
+# %% [markdown]
+# ## 6 · Parameter count against the paper's Table 3
+#
+# The paper reports 65M parameters for the base model and 213M for the big one, with
+# a shared source-target vocabulary of about 37,000 tokens and tied embeddings. We
+# build both with `PAPER_CONFIGS` on PyTorch's `meta` device, which creates every
+# parameter's shape but allocates no memory, so that counting the big model costs
+# nothing.
+
+# %%
+V_PAPER = 37_000
+paper_millions = {"base": 65, "big": 213}
+rows = {}
+for name, config in PAPER_CONFIGS.items():
+    with torch.device("meta"):
+        m = Transformer(V_PAPER, V_PAPER, **config, share_embeddings=True, tie_output=True)
+    rows[name] = dict(
+        embeddings=m.src_embed.embedding.weight.numel(),
+        encoder=count_parameters(m.encoder),
+        decoder=count_parameters(m.decoder),
+        output_bias=m.generator.bias.numel(),
+        total=count_parameters(m),
+    )
+
+print(f"{'':6s} {'d':>5s} {'h':>3s} {'d_ff':>5s} {'N':>3s} {'embeddings':>11s} {'encoder':>11s} "
+      f"{'decoder':>11s} {'out bias':>8s} {'total':>12s} {'paper':>6s} {'diff':>7s}")
+for name, r in rows.items():
+    c = PAPER_CONFIGS[name]
+    diff = r["total"] / (paper_millions[name] * 1e6) - 1
+    print(f"{name:6s} {c['d_model']:5d} {c['num_heads']:3d} {c['d_ff']:5d} {c['num_encoder_layers']:3d} "
+          f"{r['embeddings']:11,d} {r['encoder']:11,d} {r['decoder']:11,d} {r['output_bias']:8,d} "
+          f"{r['total']:12,d} {paper_millions[name]:5d}M {diff:+7.1%}")
+
+# %%
+for name, r in rows.items():
+    assert r["total"] == r["embeddings"] + r["encoder"] + r["decoder"] + r["output_bias"]
+    assert abs(r["total"] / (paper_millions[name] * 1e6) - 1) < 0.05
+
+# %% [markdown]
+# Both counts are within 5% of the paper's: 63.1M against 65M (-2.9%) and 214.3M
+# against 213M (+0.6%). Where the rest comes from:
+#
+# * **The layers are exact; the vocabulary is not.** Each encoder layer of the base
+#   model has $4(d^2 + d) + 2 d\, d_{ff} + d_{ff} + d + 4d = 3{,}152{,}384$ parameters and each
+#   decoder layer $4{,}204{,}032$ (one more attention and one more LayerNorm), which
+#   nobody disputes. Everything else is the one shared table, $V \times d$, and "about
+#   37,000" is all the paper says about $V$.
+# * **No single vocabulary reproduces both numbers.** Solving for the vocabulary that
+#   would give exactly 65M for the base model gives $V \approx 40{,}700$; for 213M with the big
+#   model, $V \approx 35{,}700$. The paper's two figures are rounded, and were evidently
+#   counted with slightly different bookkeeping; 5% is the honest tolerance.
+# * **Tying matters.** Without sharing and tying, the base model would have three
+#   tables, $2 \times 18.9$M more: 101M, far from 65M. The paper's count confirms that it ties.
+# * Positions cost nothing: the sinusoidal table is a buffer, not a parameter.
+
+# %%
+for name, r in rows.items():
+    layers = r["encoder"] + r["decoder"]
+    implied_vocab = (paper_millions[name] * 1e6 - layers) / (PAPER_CONFIGS[name]["d_model"] + 1)
+    print(f"{name}: layers {layers / 1e6:.1f}M, table {r['embeddings'] / 1e6:.1f}M; "
+          f"vocabulary that would give exactly {paper_millions[name]}M: {implied_vocab:,.0f}")
+
+# %% [markdown]
+# ## 7 · Complexity: the $n^2$ attention matrix
+#
+# Per layer, with source length $n$, target length $m$ and width $d$ (seed 000):
+#
+# | sublayer | time | attention matrix |
+# |---|---|---|
+# | encoder self-attention | $O(n^2 d)$ | $h \times n \times n$ |
+# | decoder self-attention | $O(m^2 d)$ | $h \times m \times m$ |
+# | cross-attention | $O(m\,n\,d)$ | $h \times m \times n$ |
+# | FFN | $O((n + m)\, d\, d_{ff})$ | none |
+#
+# The parameters do not grow with the sentence length, but the attention matrices
+# do, quadratically: for $n = 2048$ one head's matrix has $2048^2 \approx 4.2$M
+# entries, and with 8 heads in float32 that is 134 MB **per layer per sentence**, all of
+# which training keeps for the backward pass.
+
+# %%
+n = 2048
+per_head = n * n
+print(f"n = {n}: {per_head:,} entries per head; x 8 heads x 4 bytes = {per_head * 8 * 4 / 1e6:.0f} MB")
+
+# %% [markdown]
+# We measure it on one encoder block (width 64, 4 heads, batch 1) for growing $n$:
+# the memory that the forward pass saves for backward (counted exactly, tensor by
+# tensor, through `torch.autograd.graph.saved_tensors_hooks`) and the forward time.
+
+# %%
+lengths = [64, 128, 256, 512, 1024]
+torch.manual_seed(0)
+probe = EncoderBlock(64, 4, 256, dropout=0.0)
+
+
+def saved_bytes(block: nn.Module, length: int) -> int:
+    """Bytes of the tensors that the forward pass of block saves for backward."""
+    seen, total = set(), 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        key = (t.untyped_storage().data_ptr(), t.dtype)
+        if key not in seen:  # count shared storages (weights, views) once
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return t
+
+    x = torch.randn(1, length, 64)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        block(x)
+    return total
+
+
+memory_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
+for n, mb in zip(lengths, memory_mb, strict=True):
+    print(f"n = {n:5d}: {mb:8.2f} MB saved for backward, attention weights alone {4 * n * n * 4 / 1e6:7.2f} MB")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def forward_seconds(block: nn.Module, length: int, repeats: int = 5) -> float:
+    """Fastest of several timed forward passes, on one thread.
+
+    The minimum is the timing least disturbed by other programs; one thread keeps a
+    busy machine from stalling a parallel operation while it waits for a second core.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    x = torch.randn(1, length, 64)
+    try:
+        with torch.no_grad():
+            block(x)  # warm-up
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                block(x)
+                times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return min(times)
+
+
+seconds = [forward_seconds(probe, n) for n in lengths]
+for n, s in zip(lengths, seconds, strict=True):
+    print(f"n = {n:5d}: {s * 1e3:7.2f} ms")
+
+# %%
+assert memory_mb[-1] / memory_mb[-2] > 3  # doubling n: more than 3x the memory (n^2 dominates)
+assert seconds[-1] / seconds[-3] > 4  # 4x the length: more than the 4x a linear cost would take
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+ns = torch.tensor(lengths, dtype=torch.float64)
+axes[0].loglog(lengths, [s * 1e3 for s in seconds], "o-", label="measured")
+axes[0].loglog(lengths, (seconds[-1] * 1e3 * (ns / ns[-1]) ** 2).tolist(), "k--", lw=1,
+               label="∝ n²")
+axes[0].loglog(lengths, (seconds[0] * 1e3 * (ns / ns[0])).tolist(), "k:", lw=1, label="∝ n")
+axes[0].set(xlabel="sequence length n", ylabel="forward time (ms)",
+            title="Time of one encoder block")
+axes[1].loglog(lengths, memory_mb, "s-", color="C1", label="saved for backward")
+axes[1].loglog(lengths, [4 * n * n * 4 / 1e6 for n in lengths], "k--", lw=1,
+               label="attention weights (4 heads)")
+axes[1].set(xlabel="sequence length n", ylabel="MB", title="Memory of one encoder block")
+for ax in axes:
+    ax.set_xticks(lengths, [str(n) for n in lengths])
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
+    ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# At short lengths the linear parts (projections, FFN) dominate and the curves run
+# parallel to $n$; from a few hundred tokens on, the attention matrix takes over and
+# both time and memory bend towards $n^2$. This is why sentence-level translation is
+# cheap and why long documents need other tricks (memory-efficient attention kernels
+# that never store the matrix, sparse or linear attention).
+#
+# ### Hooks for generation
+#
+# `decode` has two more arguments that chapter 10 uses to generate one token at a
+# time without recomputing the prefix: `caches` (one dict per decoder layer, where
+# the attention sublayers keep their keys and values) and `start` (the position of
+# the first token in `tgt`, passed to `PositionalEncoding.forward(x, start)`). With
+# the defaults they change nothing.
+#
+# ## 8 · What we can do now, and what is still missing
+#
+# We have the complete model: ids in, logits out, masks built from the ids, the
+# paper's configurations with its parameter counts, and an idea of its cost. One
+# forward pass with a shifted target gives a prediction at every position.
+#
+# What is missing is everything the model should *know*: its weights are random,
+# and the loss sits at $\ln V$. Chapter 09 builds the toy English-Chinese corpus and
+# the training loop (teacher forcing, label smoothing, the warm-up that Post-LN
+# needs), and chapter 10 turns logits into translations.
+#
+# ## 9 · Exercises
+#
+# ### Exercise 1 · The teacher-forcing shift
+# Write `shift_for_teacher_forcing(tgt)` that takes full target sequences `[B, T]`
+# (`<bos> ... <eos>` plus padding) and returns `(decoder_input, labels)`, each
+# `[B, T-1]`: the input without the last token, the labels without the first. The
+# check uses a padded batch.
+
+# %%
+def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
+    ### BEGIN SOLUTION
+    return tgt[:, :-1], tgt[:, 1:]
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-shift
+batch = torch.tensor([[1, 6, 7, 8, 2], [1, 6, 2, 0, 0]])
+inp, lab = shift_for_teacher_forcing(batch)
+assert inp.tolist() == [[1, 6, 7, 8], [1, 6, 2, 0]]
+assert lab.tolist() == [[6, 7, 8, 2], [6, 2, 0, 0]]
+print("ex1 passed")
+
+# %% [markdown]
+# ### Exercise 2 · The target mask by hand
+# Write `target_mask(tgt, pad_id)` returning the bool mask `[B, 1, T, T]` that
+# `Transformer.make_tgt_mask` builds: entry `[b, 0, i, j]` is True when query
+# position `i` may attend to key position `j`, i.e. `j <= i` and token `j` of
+# sentence `b` is not padding. Build it with tensor operations only (no call to
+# `causal_mask`, `padding_mask` or the model's methods). The check compares with
+# `make_tgt_mask` on random padded batches.
+
+# %%
+def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
+    """tgt [B, T] -> bool [B, 1, T, T]: causal AND not padding."""
+    ### BEGIN SOLUTION
+    t = tgt.size(1)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()  # [T, T]
+    keep = tgt != pad_id  # [B, T]
+    return (causal[None, :, :] & keep[:, None, :])[:, None]  # [B, 1, T, T]
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-target-mask
+torch.manual_seed(22)
+checker = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1,
+                      num_decoder_layers=1, d_ff=32, pad_id=3)
+for _ in range(5):
+    ids = torch.randint(0, 20, (4, 7))
+    ids[:, 5:] = 3  # padding at the end
+    mine = target_mask(ids, pad_id=3)
+    assert mine.dtype == torch.bool and mine.shape == (4, 1, 7, 7)
+    assert torch.equal(mine, checker.make_tgt_mask(ids).expand(4, 1, 7, 7))
+print("ex2 passed")
+
+# %% [markdown]
+# ### Exercise 3 · The paper's parameter count as a formula
+# Write `transformer_params(vocab, d_model, d_ff, num_layers)` that returns the
+# parameter count of `Transformer(vocab, vocab, d_model, num_heads,
+# num_layers, num_layers, d_ff, share_embeddings=True, tie_output=True)` (Post-LN)
+# as a formula: one shared table, the encoder and decoder layers, and the output
+# layer's bias. The check compares with `count_parameters` on several
+# configurations, the paper's among them.
+
+# %%
+def transformer_params(vocab: int, d_model: int, d_ff: int, num_layers: int) -> int:
+    """Parameters of the shared, tied Post-LN Transformer with num_layers + num_layers layers."""
+    ### BEGIN SOLUTION
+    attention = 4 * (d_model * d_model + d_model)
+    ffn = 2 * d_model * d_ff + d_ff + d_model
+    norm = 2 * d_model
+    encoder_layer = attention + ffn + 2 * norm
+    decoder_layer = 2 * attention + ffn + 3 * norm
+    return vocab * d_model + num_layers * (encoder_layer + decoder_layer) + vocab
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-param-formula
+for v, d, h, f, n in [(100, 16, 2, 32, 1), (1000, 64, 4, 256, 3), (37000, 512, 8, 2048, 6),
+                      (37000, 1024, 16, 4096, 6)]:
+    with torch.device("meta"):
+        m = Transformer(v, v, d, h, n, n, d_ff=f, share_embeddings=True, tie_output=True)
+    assert transformer_params(v, d, f, n) == count_parameters(m), (v, d, f, n)
+print("ex3 passed")
+
+# %% [markdown]
+# ## 10 · Summary
+#
+# * `Transformer` = embeddings (scaled by $\sqrt{d_{\text{model}}}$) + sinusoidal
+#   positions → `Encoder` → memory; target embeddings + positions → `Decoder`
+#   (reading the memory) → a linear layer to **logits** over the target vocabulary.
+# * Masks come from the ids: `make_src_mask` `[B, 1, 1, S]` (padding) and
+#   `make_tgt_mask` `[B, 1, T, T]` (causal and padding), True = may attend.
+# * With one shared vocabulary, `share_embeddings` and `tie_output` make one table
+#   serve three roles; Xavier initialises the weight matrices, and the table keeps
+#   $\mathcal{N}(0, 1/d_{\text{model}})$ so that tokens are not drowned by positions.
+# * The model returns logits: the loss's `log_softmax` is stable, and every decoding
+#   strategy starts from logits.
+# * The paper's base and big models come out at 63.1M and 214.3M parameters (65M and
+#   213M in the paper), the difference being the vocabulary size.
+# * The cost grows with the square of the length: $n = 2048$ means 4.2M attention
+#   entries per head per layer.
+# * Teacher forcing feeds `tgt[:, :-1]` and predicts `tgt[:, 1:]`, all positions in
+#   one pass: chapter 09 trains on it.

@@ -18,8 +18,8 @@ from transformer.multihead import MultiHeadAttention
 from transformer.feedforward import FeedForward
 # chapter 07: Encoder and decoder blocks
 from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
-# chapter 08: The full encoder-decoder model (skeleton: to be written as a full chapter)
-from transformer.model import Transformer, count_parameters
+# chapter 08: The full encoder-decoder model
+from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
 # chapter 09: Training: teaching the model to translate
 from transformer.training import shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, evaluate_loss, train, TRANSLATOR_CHECKPOINT, CHECKPOINT_FORMAT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
 # chapter 09: Training: teaching the model to translate
@@ -42,6 +42,7 @@ __all__ = [
     "DecoderBlock",
     "Encoder",
     "Decoder",
+    "PAPER_CONFIGS",
     "Transformer",
     "count_parameters",
     "shift_targets",
