@@ -171,13 +171,12 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
             result = m
             continue
         try:
-            torch.broadcast_shapes(result.shape, m.shape)
+            result = result & m  # broadcasting AND: blocked in any mask -> blocked
         except RuntimeError:
             raise ValueError(
                 f"mask {i} of shape {tuple(m.shape)} does not broadcast with the masks before it "
                 f"(combined shape {tuple(result.shape)})"
             ) from None
-        result = result & m
     return result
 
 
@@ -186,7 +185,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 # `scaled_dot_product_attention`. Its two masked lines are what this chapter is about:
 #
 # ```python
-# scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+# scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)  # blocked -> most negative float
 # weights = scores.softmax(dim=-1) * mask
 # ```
 #

@@ -45,11 +45,9 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> Tensor:
     extra = mask.dim() - len(scores_shape)
     if extra > 0 and all(n == 1 for n in mask.shape[:extra]):
         mask = mask.view(mask.shape[extra:])
-    try:
-        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-    except RuntimeError:
-        fits = False
-    if not fits:
+    # Plain integer comparisons: torch.broadcast_shapes costs ~100x more, on the hot path.
+    tail = scores_shape[len(scores_shape) - mask.dim():] if mask.dim() <= len(scores_shape) else None
+    if tail is None or not all(m in (1, s) for m, s in zip(mask.shape, tail, strict=True)):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"[..., q_len, k_len] = {tuple(scores_shape)}"
@@ -91,7 +89,7 @@ def scaled_dot_product_attention(
         # The most negative finite number, not -inf (chapter 04): next to any visible key
         # it still gets weight exactly 0, and a row with no visible key stays finite
         # (uniform) instead of 0/0 = NaN; multiplying by the mask then zeroes that row.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
         weights = scores.softmax(dim=-1) * mask
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)

@@ -56,13 +56,12 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
             result = m
             continue
         try:
-            torch.broadcast_shapes(result.shape, m.shape)
+            result = result & m  # broadcasting AND: blocked in any mask -> blocked
         except RuntimeError:
             raise ValueError(
                 f"mask {i} of shape {tuple(m.shape)} does not broadcast with the masks before it "
                 f"(combined shape {tuple(result.shape)})"
             ) from None
-        result = result & m
     return result
 
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]
