@@ -16,14 +16,221 @@
 # ---
 
 # %% [markdown]
-# # 05 · Multi-head attention (skeleton: to be written as a full chapter)
+# # 05 · Multi-head attention
+#
+# Chapter 03 gave every position one way to read the others: one query, one set of
+# keys, one softmax, one weighted average of values. Chapter 04 told it which
+# positions it may read. This chapter runs several such attentions side by side,
+# each in its own small subspace, and glues their answers together. That is
+# **multi-head attention**, the form in which attention appears in every layer of the
+# Transformer, and the module that chapters 07 to 10 build on.
 
 # %%
 #| default_exp multihead
 
 # %%
+import time
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer.attention import SingleHeadSelfAttention
+from transformer.masks import causal_mask, padding_mask
+from transformer.positional import PositionalEncoding
+
+_ = torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1 · The pressure: one head computes one weighted average
+#
+# Take the verb in our running example, `<bos> I love apples <eos>`. To be understood,
+# "love" needs two other words at once: who loves ("I", on its left) and what is loved
+# ("apples", on its right). A single attention head gives "love" exactly one
+# probability distribution over the sentence, and hence one weighted average of value
+# vectors. If it splits its attention between "I" and "apples", it receives
+# $\tfrac12 v_\text{I} + \tfrac12 v_\text{apples}$: a blend in which nothing says
+# which word was the subject and which the object.
+#
+# Let us make that concrete with a task that needs two places at once. Each position
+# of a random token sequence must report **both** its left and its right neighbour.
+# The model is as small as it can be: embedding plus the sinusoidal positions of
+# chapter 02, one attention layer, and a linear read-out that predicts the two
+# neighbours. First with chapter 03's single head of width `d_model`.
+
+# %%
+VOCAB, SEQ, D_TOY = 8, 8, 32
+
+
+def neighbour_batch(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ids [n, SEQ] and targets [n, SEQ - 2, 2]: left and right neighbour of 1..SEQ-2."""
+    ids = torch.randint(0, VOCAB, (n, SEQ), generator=generator)
+    return ids, torch.stack([ids[:, :-2], ids[:, 2:]], dim=-1)
+
+
+class NeighbourModel(nn.Module):
+    """Embedding + positions -> one self-attention layer -> read out both neighbours."""
+
+    def __init__(self, attn: nn.Module):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, D_TOY)
+        self.pos = PositionalEncoding(D_TOY, max_len=SEQ, dropout=0.0)
+        self.attn = attn
+        self.read = nn.Linear(D_TOY, 2 * VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.pos(self.emb(ids))  # [B, SEQ, D]
+        if isinstance(self.attn, SingleHeadSelfAttention):
+            out, weights = self.attn(x)
+        else:
+            out, weights = self.attn(x, x, x)
+        logits = self.read(out).view(*ids.shape, 2, VOCAB)  # [B, SEQ, 2, VOCAB]
+        return logits[:, 1:-1], weights  # the positions that have two neighbours
+
+
+def train_neighbours(model: NeighbourModel, steps: int = 150, seed: int = 0) -> list[float]:
+    """Train with Adam; return the accuracy on [left, right] over 1000 fresh sequences."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        ids, target = neighbour_batch(32, g)
+        logits, _ = model(ids)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    ids, target = neighbour_batch(1000, g)
+    with torch.no_grad():
+        pred = model(ids)[0].argmax(-1)
+    return (pred == target).float().mean(dim=(0, 1)).tolist()
+
+
+torch.manual_seed(0)
+one_head = NeighbourModel(SingleHeadSelfAttention(D_TOY))
+one_head_acc = train_neighbours(one_head)
+
+# %% [markdown]
+# The accuracies depend on a little floating-point accumulation, so nbval ignores the
+# printed values; the assertion after them states what must hold.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"one head: left {one_head_acc[0]:.3f}, right {one_head_acc[1]:.3f}")
+
+# %%
+assert sum(one_head_acc) / 2 < 0.8, one_head_acc  # chance is 1/8 per slot
+
+# %% [markdown]
+# The single head learns one of the two neighbours well and guesses at the other:
+# with one distribution per query it has to choose where to look. More width does not
+# help; the bottleneck is the single softmax, not the size of the vectors. What we
+# want is several distributions per query, each free to look somewhere else.
+
+# %% [markdown]
+# ## 2 · The idea: several heads, each in a slice of the model width
+#
+# Give each of $h$ heads its own projections into a small space of size
+# $d_k = d_\text{model} / h$, let each run chapter 03's attention there, concatenate the
+# $h$ answers back to width $d_\text{model}$, and mix them with one output projection:
+#
+# $$
+# \text{head}_i = \operatorname{softmax}\!\left(\frac{(X_q W^Q_i)(X_k W^K_i)^\top}{\sqrt{d_k}}\right)(X_v W^V_i),
+# \qquad W^Q_i, W^K_i, W^V_i \in \mathbb{R}^{d_\text{model}\times d_k},
+# $$
+#
+# $$
+# \operatorname{MultiHead}(X_q, X_k, X_v) = \operatorname{Concat}(\text{head}_1,\dots,\text{head}_h)\,W^O,
+# \qquad W^O \in \mathbb{R}^{h d_k \times d_\text{model}}.
+# $$
+#
+# Three consequences, each shown below:
+#
+# * **Same cost as one wide head.** Stacking the $h$ matrices $W^Q_i$ side by side
+#   gives one $d_\text{model}\times d_\text{model}$ matrix $W^Q$. So $h$ heads have exactly
+#   the parameters of a single head of width $d_\text{model}$ (plus $W^O$), whatever $h$ is.
+#   This is why the paper chooses $d_k = d_\text{model}/h$: changing $h$ changes *how*
+#   the model attends, not how big it is.
+# * **One matrix multiply, then a reshape.** Because the $h$ projections are one
+#   matrix, we compute $X W^Q$ once and cut the result into $h$ slices of $d_k$ features.
+#   The cutting is a `view` and a `transpose`: no data is copied.
+# * **Self and cross attention are the same module.** Queries come from $X_q$, keys and
+#   values from $X_k = X_v$. In the encoder and in the decoder's first sublayer all three
+#   are the same sequence (self-attention); in the decoder's second sublayer the queries
+#   come from the target and the keys/values from the encoded source (cross-attention).
+
+# %% [markdown]
+# ## 3 · The code
+#
+# ### Splitting into heads and merging them back
+#
+# `q_proj(x)` has shape `[B, T, d_model]`. Viewing its last axis as `[h, d_k]` gives
+# `[B, T, h, d_k]`; swapping the time and head axes gives `[B, h, T, d_k]`, which is a
+# batch of `B·h` independent sequences, exactly what chapter 03's
+# `scaled_dot_product_attention` accepts (its leading dimensions broadcast). Merging is
+# the reverse: transpose back to `[B, T, h, d_k]` and flatten the last two axes. After
+# the transpose the tensor is no longer contiguous in memory, so that flattening must use
+# `reshape` (which copies when needed), not `view`.
+#
+# The checks on the inputs live in a small private helper, so that `forward` reads as the
+# formula.
+
+# %%
 #| export
-from torch import Tensor, nn
+from torch import Tensor
+
+
+def _check_attention_inputs(
+    d_model: int, query: Tensor, key: Tensor | None, value: Tensor | None
+) -> None:
+    """Raise a clear error unless query [B, Tq, d_model], key/value [B, Tk, d_model] fit.
+
+    key and value are None when they come from a cache (cross-attention in generation).
+    """
+    named = [("query", query), ("key", key), ("value", value)]
+    for name, x in named:
+        if x is None:
+            continue
+        if x.dim() != 3 or x.size(-1) != d_model:
+            raise ValueError(
+                f"{name} must have shape [batch, len, d_model={d_model}], got {tuple(x.shape)}"
+            )
+    if key is None or value is None:
+        return
+    if key.size(0) != query.size(0) or value.size(0) != query.size(0):
+        raise ValueError(
+            "query, key and value must have the same batch size, got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if key.size(1) != value.size(1):
+        raise ValueError(
+            f"key and value must have the same length, got key {tuple(key.shape)}, "
+            f"value {tuple(value.shape)}"
+        )
+
+
+# %% [markdown]
+# ### The module
+#
+# Four `nn.Linear` layers hold $W^Q, W^K, W^V, W^O$ (names as in PyTorch and seed 000).
+# Attention itself is not rewritten here: `forward` calls chapter 03's
+# `scaled_dot_product_attention`, which owns the scaling, the masking (chapter 04's
+# convention: **True = may attend**, the opposite of `torch.nn.MultiheadAttention`), the
+# guarantee that a query with nothing to attend to gets zeros, and dropout on the
+# weights. As in `torch.nn.MultiheadAttention`, the module's `dropout` is applied to the
+# attention weights, and only in training mode.
+#
+# Two optional arguments, `cache` and `static_kv`, are used by chapter 10 for fast
+# generation (the *KV cache*). In short: when the decoder produces one token at a time,
+# the keys and values of the earlier tokens do not change, so we keep them in a dict and
+# only project the new token. With `static_kv=True` (cross-attention) the keys and values
+# come from the source, which does not change at all, so they are computed once and then
+# reused. Chapter 10 explains it properly; section 5 below checks that it is exact.
+
+# %%
+#| export
+import torch
+from torch import nn
 
 from transformer.attention import scaled_dot_product_attention
 
@@ -35,37 +242,521 @@ class MultiHeadAttention(nn.Module):
     returns (output [B, Tq, d_model], weights [B, num_heads, Tq, Tk]).
     mask: bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk]
     (torch.nn.MultiheadAttention uses the opposite convention).
+    dropout is applied to the attention weights in training mode, as in
+    torch.nn.MultiheadAttention. d_model must be divisible by num_heads.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
+        for name, v in (("d_model", d_model), ("num_heads", num_heads)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if d_model % num_heads:
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
             )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
+        # Each weight is h per-head matrices W_i [d_model, d_head] stacked side by side.
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O mixes the heads
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """[B, T, d_model] -> [B, num_heads, T, d_head]."""
+        """[B, T, d_model] -> [B, num_heads, T, d_head] (a view: no copy)."""
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.d_head).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """[B, num_heads, T, d_head] -> [B, T, d_model]."""
+        """[B, num_heads, T, d_head] -> [B, T, d_model] (heads concatenated)."""
         b, _, t, _ = x.shape
+        # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+        self,
+        query: Tensor,
+        key: Tensor | None,
+        value: Tensor | None,
+        mask: Tensor | None = None,
+        cache: dict | None = None,
+        static_kv: bool = False,
     ) -> tuple[Tensor, Tensor]:
+        """query [B, Tq, d_model], key/value [B, Tk, d_model] -> (output, weights).
+
+        output: [B, Tq, d_model]; weights: [B, num_heads, Tq, Tk] (after dropout).
+        mask: bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk].
+        cache (chapter 10): a dict; with static_kv and "k"/"v" already in it, they are
+        reused and key/value are not projected (may be None); otherwise the new keys
+        and values are projected and, unless static_kv, appended after the cached ones
+        along time. k and v ([B, num_heads, Tk, d_head]) are then stored in the cache.
+        """
+        reuse = cache is not None and static_kv and "k" in cache
+        _check_attention_inputs(self.d_model, query, None if reuse else key,
+                                None if reuse else value)
         q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
-        k = self.split_heads(self.k_proj(key))  # [B, h, Tk, d_head]
-        v = self.split_heads(self.v_proj(value))  # [B, h, Tk, d_head]
-        out, weights = scaled_dot_product_attention(q, k, v, mask)
-        # TODO(ch05): dropout on the weights, as nn.MultiheadAttention does
-        return self.out_proj(self.merge_heads(out)), weights
+        if reuse:
+            k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
+        else:
+            k = self.split_heads(self.k_proj(key))  # [B, h, Tk, d_head]
+            v = self.split_heads(self.v_proj(value))  # [B, h, Tk, d_head]
+            if cache is not None and not static_kv and "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)  # earlier steps first
+                v = torch.cat([cache["v"], v], dim=2)
+        if cache is not None:
+            cache["k"], cache["v"] = k, v
+        dropout_p = self.dropout.p if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
+        return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk]
+
+
+# %% [markdown]
+# ### Back to the neighbours
+#
+# Same task, same width, two heads instead of one:
+
+# %%
+torch.manual_seed(0)
+two_heads = NeighbourModel(MultiHeadAttention(D_TOY, num_heads=2))
+two_heads_acc = train_neighbours(two_heads)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"one head:  left {one_head_acc[0]:.3f}, right {one_head_acc[1]:.3f}")
+print(f"two heads: left {two_heads_acc[0]:.3f}, right {two_heads_acc[1]:.3f}")
+
+# %%
+assert min(two_heads_acc) > 0.95, two_heads_acc
+
+# %% [markdown]
+# Two heads solve it. The figure in section 6 shows how: one head looks one step to the
+# left, the other one step to the right.
+
+# %% [markdown]
+# ## 4 · Shape trace of the running example
+#
+# Source `<bos> I love apples <eos>` (5 tokens), target input `<bos> 我 喜欢 苹果`
+# (4 tokens), `d_model = 16`, `h = 4` heads of `d_k = 4`. The vectors are random stand-ins
+# for what chapters 01 and 02 produce; only the shapes matter here.
+
+# %%
+src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
+tgt_tokens = ["<bos>", "我", "喜欢", "苹果"]
+d_model, h = 16, 4
+mha = MultiHeadAttention(d_model, h).eval()
+src = torch.randn(1, len(src_tokens), d_model)  # [B=1, S=5, d]
+tgt = torch.randn(1, len(tgt_tokens), d_model)  # [B=1, T=4, d]
+
+q = mha.q_proj(src)
+print("q_proj(src)                 ", tuple(q.shape))
+print("view  [B, T, h, d_k]        ", tuple(q.view(1, 5, h, d_model // h).shape))
+qh = mha.split_heads(q)
+print("transpose -> [B, h, T, d_k] ", tuple(qh.shape), "contiguous:", qh.is_contiguous())
+kh = mha.split_heads(mha.k_proj(src))
+print("scores q k^T [B, h, T, T]   ", tuple((qh @ kh.transpose(-2, -1)).shape))
+out_h, w = scaled_dot_product_attention(qh, kh, mha.split_heads(mha.v_proj(src)))
+print("per-head out [B, h, T, d_k] ", tuple(out_h.shape))
+print("merge_heads  [B, T, d]      ", tuple(mha.merge_heads(out_h).shape))
+out, weights = mha(src, src, src)
+print("self-attention:  output", tuple(out.shape), " weights", tuple(weights.shape))
+out, weights = mha(tgt, src, src)
+print("cross-attention: output", tuple(out.shape), " weights", tuple(weights.shape))
+
+# %% [markdown]
+# In cross-attention the output has the **query's** length (4 target positions) and the
+# weights are `4 × 5`: each target position distributes its attention over the 5 source
+# tokens. A sequence of one length reads a sequence of another; nothing in the module
+# assumes they match.
+#
+# Head `i` is nothing but features `i·d_k … (i+1)·d_k − 1` of the projection, and
+# `merge_heads` undoes `split_heads` exactly:
+
+# %%
+for i in range(h):
+    assert torch.equal(qh[0, i], q[0, :, i * 4:(i + 1) * 4])
+assert torch.equal(mha.merge_heads(qh), q)
+print("head i = feature slice i; merge_heads(split_heads(x)) == x")
+
+# %% [markdown]
+# ### The parameter count equals one head of width d_model
+#
+# Counting the parameters for several head counts at `d_model = 512` (the paper's base
+# model): the count is $4(d_\text{model}^2 + d_\text{model})$ every time, the same as chapter
+# 03's single head of width $d_\text{model}$ plus an output projection.
+
+# %%
+def n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+single_plus_out = n_params(SingleHeadSelfAttention(512)) + n_params(nn.Linear(512, 512))
+rows = [f"{'heads':>5} {'d_k':>4} {'parameters':>11}"]
+for heads in (1, 2, 4, 8, 16):
+    rows.append(f"{heads:>5} {512 // heads:>4} {n_params(MultiHeadAttention(512, heads)):>11,}")
+rows.append(f"single head of width 512 + W_O: {single_plus_out:,}")
+print("\n".join(rows))
+
+# %%
+assert all(n_params(MultiHeadAttention(512, hh)) == 4 * (512 * 512 + 512) == single_plus_out
+           for hh in (1, 2, 4, 8, 16))
+
+# %% [markdown]
+# ### Two ways to build it: a list of heads, or one fused projection
+#
+# The formula suggests a direct translation, which is what seed 004 writes: keep a list of
+# $h$ small `Linear(d_model, d_k)` layers for each of Q, K, V, run attention once per head,
+# concatenate. Here it is as a teaching version (not exported), using chapter 03's
+# attention for each head:
+
+# %%
+class PerHeadAttention(nn.Module):
+    """h separate heads, each with its own small projections (teaching version)."""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        d_head = d_model // num_heads
+        self.heads = nn.ModuleList(
+            nn.ModuleDict({name: nn.Linear(d_model, d_head) for name in ("q", "k", "v")})
+            for _ in range(num_heads)
+        )
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        # mask: bool, True = may attend, broadcastable to [B, Tq, Tk] (no head axis here)
+        results = [scaled_dot_product_attention(hd["q"](query), hd["k"](key), hd["v"](value), mask)
+                   for hd in self.heads]  # h x ([B, Tq, d_head], [B, Tq, Tk])
+        out = torch.cat([o for o, _ in results], dim=-1)  # [B, Tq, d_model]
+        return self.out_proj(out), torch.stack([w for _, w in results], dim=1)
+
+
+def copy_per_head_into(fused: MultiHeadAttention, per_head: PerHeadAttention) -> None:
+    """Stack head i's weights into rows i*d_head:(i+1)*d_head of the fused projections."""
+    d = fused.d_head
+    with torch.no_grad():
+        for i, hd in enumerate(per_head.heads):
+            for name in ("q", "k", "v"):
+                proj = getattr(fused, f"{name}_proj")
+                proj.weight[i * d:(i + 1) * d] = hd[name].weight
+                proj.bias[i * d:(i + 1) * d] = hd[name].bias
+        fused.out_proj.load_state_dict(per_head.out_proj.state_dict())
+
+
+per_head = PerHeadAttention(d_model, h)
+fused = MultiHeadAttention(d_model, h)
+copy_per_head_into(fused, per_head)
+tgt_causal = causal_mask(len(tgt_tokens))  # [1, 1, 4, 4]
+a_out, a_w = per_head(tgt, tgt, tgt, tgt_causal[:, 0])
+b_out, b_w = fused(tgt, tgt, tgt, tgt_causal)
+print("per-head == fused (to 1e-6): output", torch.allclose(a_out, b_out, atol=1e-6),
+      " weights", torch.allclose(a_w, b_w, atol=1e-6))
+print("parameters:", n_params(per_head), n_params(fused))
+
+# %%
+assert torch.allclose(a_out, b_out, atol=1e-6) and torch.allclose(a_w, b_w, atol=1e-6)
+assert n_params(per_head) == n_params(fused)
+
+# %% [markdown]
+# Same function, same parameters. The difference is speed: the per-head version launches
+# $3h$ small matrix multiplies and $h$ attention calls from a Python loop, the fused one
+# three large multiplies and one batched attention call. Timed on a forward and backward
+# pass (batch 8, length 32, `d_model = 256`, 16 heads), best of a few runs. The gap grows
+# with the number of heads, since the loop's overhead is paid per head:
+
+# %%
+def best_time(fn, repeats: int = 7) -> float:
+    """Fastest of `repeats` runs of fn(), in seconds (the minimum is the least noisy)."""
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+big_per_head, big_fused = PerHeadAttention(256, 16), MultiHeadAttention(256, 16)
+x_big = torch.randn(8, 32, 256)
+
+
+def step(module):
+    return lambda: module(x_big, x_big, x_big)[0].sum().backward()
+
+
+t_per_head, t_fused = best_time(step(big_per_head)), best_time(step(big_fused))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"per-head: {t_per_head * 1e3:.1f} ms   fused: {t_fused * 1e3:.1f} ms   "
+      f"speed-up: {t_per_head / t_fused:.2f}x")
+
+# %%
+assert t_per_head / t_fused > 1.5, (t_per_head, t_fused)  # several times faster in practice
+
+# %% [markdown]
+# ## 5 · Checks
+#
+# **Rows sum to one, masked keys get zero weight, and nothing leaks from the future.**
+# Target self-attention with chapter 04's causal mask: changing the last target token must
+# leave the outputs at the earlier positions unchanged.
+
+# %%
+out, w = mha(tgt, tgt, tgt, tgt_causal)
+assert torch.allclose(w.sum(-1), torch.ones(1, h, 4))
+assert (w.masked_select(~tgt_causal) == 0).all()
+tgt2 = tgt.clone()
+tgt2[:, -1] = torch.randn(d_model)
+out2, _ = mha(tgt2, tgt2, tgt2, tgt_causal)
+assert torch.allclose(out[:, :-1], out2[:, :-1]) and not torch.allclose(out[:, -1], out2[:, -1])
+print("rows sum to 1, masked weights are 0, no future leak")
+
+# %% [markdown]
+# **Padding in cross-attention.** A batch of two sources, the second padded (id 0) after
+# three tokens: chapter 04's `padding_mask` gives `[B, 1, 1, S]`, which broadcasts over
+# heads and target positions. A source that is entirely padding (a degenerate case that
+# must not poison a batch) gives zero output from the attention, never NaN; what remains
+# is the output projection's bias.
+
+# %%
+src_ids = torch.tensor([[1, 5, 6, 7, 2], [1, 5, 2, 0, 0], [0, 0, 0, 0, 0]])  # [3, 5]
+memory = torch.randn(3, 5, d_model)
+queries = torch.randn(3, 4, d_model)
+out, w = mha(queries, memory, memory, padding_mask(src_ids))  # mask [3, 1, 1, 5]
+print("weights on the padded positions of source 1:", w[1, :, :, 3:].abs().max().item())
+print("source 2 is all padding; NaN anywhere:", out.isnan().any().item())
+assert (w[1, :, :, 3:] == 0).all() and (w[2] == 0).all()
+assert torch.allclose(out[2], mha.out_proj.bias.expand(4, d_model))
+
+# %% [markdown]
+# **Equal to PyTorch's `nn.MultiheadAttention`** once the weights are copied. PyTorch keeps
+# the three input projections in one `in_proj_weight` of shape `[3·d_model, d_model]`, and
+# its masks mean the opposite of ours (True = *blocked*), so we pass `~mask`. PyTorch
+# averages the weights over heads unless told not to. (`tests/test_multihead.py` repeats
+# this over random shapes, masks and dtypes.)
+
+# %%
+def to_torch(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    """A torch.nn.MultiheadAttention (batch_first) holding the same weights as ours."""
+    theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, batch_first=True)
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight,
+                                               ours.v_proj.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias,
+                                             ours.v_proj.bias]))
+        theirs.out_proj.load_state_dict(ours.out_proj.state_dict())
+    return theirs.eval()
+
+
+theirs = to_torch(mha)
+ours_out, ours_w = mha(queries[:2], memory[:2], memory[:2], padding_mask(src_ids[:2]))
+ref_out, ref_w = theirs(queries[:2], memory[:2], memory[:2],
+                        key_padding_mask=~padding_mask(src_ids[:2])[:, 0, 0],  # True = ignore
+                        average_attn_weights=False)
+print("equal to nn.MultiheadAttention (to 1e-6): output",
+      torch.allclose(ours_out, ref_out, atol=1e-6), " weights", torch.allclose(ours_w, ref_w, atol=1e-6))
+assert torch.allclose(ours_out, ref_out, atol=1e-6) and torch.allclose(ours_w, ref_w, atol=1e-6)
+
+# %% [markdown]
+# **The KV cache is exact.** Feeding the target one token at a time, with a cache dict
+# that grows by one key and one value per step, must give the same outputs as the full
+# causal computation; cross-attention with `static_kv=True` must project the source only
+# once and then reuse it (we pass `None` as key and value after the first step, so any
+# attempt to project them again would fail).
+
+# %%
+self_cache, cross_cache = {}, {}
+steps_self, steps_cross = [], []
+for t in range(len(tgt_tokens)):
+    x_t = tgt[:, t:t + 1]  # [1, 1, d]: the newest token only
+    steps_self.append(mha(x_t, x_t, x_t, cache=self_cache)[0])
+    kv = memory[:1] if t == 0 else None
+    steps_cross.append(mha(x_t, kv, kv, cache=cross_cache, static_kv=True)[0])
+print("cached keys after 4 steps:", tuple(self_cache["k"].shape),
+      " cross keys:", tuple(cross_cache["k"].shape))
+assert torch.allclose(torch.cat(steps_self, 1), mha(tgt, tgt, tgt, tgt_causal)[0], atol=1e-6)
+assert torch.allclose(torch.cat(steps_cross, 1), mha(tgt, memory[:1], memory[:1])[0], atol=1e-6)
+
+# %% [markdown]
+# **Bad input fails with a message that says what was expected:**
+
+# %%
+for bad in (lambda: MultiHeadAttention(10, 3),
+            lambda: mha(src[0], src[0], src[0]),  # rank 2: batch axis missing
+            lambda: mha(queries[:2], memory[:1], memory[:1])):  # batch 2 vs 1
+    try:
+        bad()
+    except ValueError as e:
+        print("ValueError:", e)
+    else:
+        raise AssertionError("expected a ValueError")
+
+# %% [markdown]
+# **Dropout acts on the weights, in training only.** In `train()` mode some weights are
+# zeroed and the rest scaled by $1/(1-p)$, so rows no longer sum to one; in `eval()` mode
+# the module is deterministic.
+
+# %%
+drop = MultiHeadAttention(d_model, h, dropout=0.5)
+copy_per_head_into(drop, per_head)
+w_train = drop.train()(src, src, src)[1]
+w_eval = drop.eval()(src, src, src)[1]
+print("training: fraction of zero weights", f"{(w_train == 0).float().mean().item():.2f}")
+assert (w_train == 0).any() and torch.allclose(w_eval.sum(-1), torch.ones(1, h, 5))
+assert torch.equal(drop(src, src, src)[0], drop(src, src, src)[0])
+
+# %% [markdown]
+# ## 6 · What the heads learned
+#
+# Back to the neighbour task of section 1. Below, the attention weights of the trained
+# models on one sequence: rows are queries (positions), columns are keys. The single head
+# (left) has to settle on one side; the two heads of the multi-head model split the job,
+# one reading the left neighbour (the sub-diagonal), the other the right one (the
+# super-diagonal). Nobody told them to: the task made them.
+
+# %%
+sample = neighbour_batch(1, torch.Generator().manual_seed(1))[0]  # [1, SEQ]
+with torch.no_grad():
+    w_one = one_head(sample)[1][0]  # [SEQ, SEQ]
+    w_two = two_heads(sample)[1][0]  # [2, SEQ, SEQ]
+panels = [("one head", w_one), ("two heads: head 0", w_two[0]), ("two heads: head 1", w_two[1])]
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+for ax, (title, wt) in zip(axes, panels, strict=True):
+    ax.imshow(wt, cmap="viridis", vmin=0, vmax=1)
+    ax.set_title(title)
+    ax.set_xlabel("key position")
+    ax.set_xticks(range(SEQ))
+    ax.set_yticks(range(SEQ))
+axes[0].set_ylabel("query position")
+fig.suptitle("Attention weights on the neighbour task")
+fig.tight_layout()
+plt.show()
+
+# %%
+# Each head of the two-head model puts most weight one step left or one step right.
+offsets = sorted(
+    round(((w_two[i].argmax(-1) - torch.arange(SEQ))[1:-1].float().mean()).item())
+    for i in range(2)
+)
+print("dominant offset per head:", offsets)
+assert offsets == [-1, 1]
+
+# %% [markdown]
+# ## 7 · What we can do now, and what is still missing
+#
+# **Now:** every position can gather information from several places at once, each head
+# in its own subspace, for the price of one wide head. The same module does
+# self-attention (encoder; decoder with a causal mask) and cross-attention (decoder reading
+# the encoder), takes chapter 04's masks, matches `torch.nn.MultiheadAttention`, and has a
+# cache for step-by-step generation.
+#
+# **Still missing:** attention only *mixes*. Every output is $W^O$ applied to weighted
+# averages of value vectors: a linear function of the values, given the weights. Nothing yet
+# transforms what a position has gathered, say, turning "love, subject I, object apples"
+# into a new feature. Chapter 06 adds the position-wise feed-forward network that does this.
+
+# %% [markdown]
+# ## 8 · Exercises
+#
+# ### Exercise 1 · Split heads by hand
+# Write `split_heads_manual(x, num_heads)` that turns `x` of shape `[B, T, d_model]` into
+# `[B, num_heads, T, d_model // num_heads]` with `view` and `transpose`, like
+# `MultiHeadAttention.split_heads` but without the module. The check compares your result
+# with the module's on a random tensor, and checks that head `i` holds features
+# `i·d_k … (i+1)·d_k − 1`.
+
+# %%
+def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """[B, T, d_model] -> [B, num_heads, T, d_model // num_heads]."""
+    ### BEGIN SOLUTION
+    b, t, d = x.shape
+    return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-split
+_x = torch.randn(2, 5, 12)
+_s = split_heads_manual(_x, 3)
+assert _s.shape == (2, 3, 5, 4)
+assert torch.equal(_s, MultiHeadAttention(12, 3).split_heads(_x))
+assert torch.equal(_s[:, 2], _x[..., 8:12])
+
+# %% [markdown]
+# ### Exercise 2 · Average the heads like PyTorch
+# `torch.nn.MultiheadAttention` returns, by default, the attention weights **averaged over
+# the heads**: shape `[B, Tq, Tk]`. Write `averaged_weights(mha, query, key, value, mask)`
+# that runs our module and returns that average. The check compares with PyTorch's own
+# output (weights copied with `to_torch` from section 5, mask inverted) on a causal
+# self-attention.
+
+# %%
+def averaged_weights(mha: MultiHeadAttention, query, key, value, mask=None) -> torch.Tensor:
+    """Attention weights [B, Tq, Tk], the mean over the heads of mha's weights."""
+    ### BEGIN SOLUTION
+    return mha(query, key, value, mask)[1].mean(dim=1)
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-average
+_m = MultiHeadAttention(16, 4).eval()
+_x = torch.randn(2, 6, 16)
+_mask = causal_mask(6)
+_avg = averaged_weights(_m, _x, _x, _x, _mask)
+_, _ref = to_torch(_m)(_x, _x, _x, attn_mask=~_mask[0, 0])
+assert _avg.shape == (2, 6, 6)
+assert torch.allclose(_avg, _ref, atol=1e-6)
+
+# %% [markdown]
+# ### Exercise 3 · Switch one head off
+# To find out what a head contributes, interpretability work *ablates* it: its output is
+# replaced by zeros before the heads are mixed by `out_proj`. Write
+# `ablate_head(mha, x, head)` that returns the self-attention output `[B, T, d_model]` of
+# `mha` on `x` with head `head` switched off. Use the module's pieces (`q_proj`,
+# `split_heads`, `scaled_dot_product_attention`, `merge_heads`, `out_proj`). The check
+# compares with a different route to the same answer: zeroing the columns of
+# `out_proj.weight` that read that head.
+
+# %%
+def ablate_head(mha: MultiHeadAttention, x: torch.Tensor, head: int) -> torch.Tensor:
+    """Self-attention output [B, T, d_model] of mha on x [B, T, d_model], head `head` zeroed."""
+    ### BEGIN SOLUTION
+    q, k, v = (mha.split_heads(p(x)) for p in (mha.q_proj, mha.k_proj, mha.v_proj))
+    out, _ = scaled_dot_product_attention(q, k, v)  # [B, h, T, d_head]
+    out = out.clone()
+    out[:, head] = 0
+    return mha.out_proj(mha.merge_heads(out))
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-ablate
+_m = MultiHeadAttention(16, 4).eval()
+_x = torch.randn(2, 5, 16)
+_cut = MultiHeadAttention(16, 4).eval()
+_cut.load_state_dict(_m.state_dict())
+with torch.no_grad():
+    _cut.out_proj.weight[:, 4:8] = 0  # the columns that read head 1
+_got = ablate_head(_m, _x, 1)
+assert torch.allclose(_got, _cut(_x, _x, _x)[0], atol=1e-6)
+assert not torch.allclose(_got, _m(_x, _x, _x)[0], atol=1e-3)
+
+# %% [markdown]
+# ## 9 · Summary
+#
+# * One head gives each query one distribution, hence one weighted average: it cannot
+#   fetch two things from two places (the neighbour task: one head fails, two succeed).
+# * Multi-head attention runs $h$ heads of width $d_k = d_\text{model}/h$ in parallel and
+#   mixes their concatenation with $W^O$. It has exactly the parameters of one head of
+#   width $d_\text{model}$ plus $W^O$: $4(d_\text{model}^2 + d_\text{model})$.
+# * In code the $h$ projections are one `Linear`; heads are feature slices, cut out with
+#   `view` + `transpose` (`[B, T, d] → [B, h, T, d/h]`) and glued back with
+#   `transpose` + `reshape`. The fused form equals the per-head list and is faster.
+# * Self- and cross-attention differ only in where key and value come from; the output
+#   has the query's length.
+# * `MultiHeadAttention` reuses chapter 03's attention (masks: True = may attend; empty
+#   rows give zeros), applies dropout to the weights in training, equals
+#   `torch.nn.MultiheadAttention` with copied weights, and carries the KV-cache hook that
+#   chapter 10 uses.
