@@ -131,7 +131,7 @@ for sharpness in (0.0, 1.0, 5.0):
 # %%
 def attention_v0(q, k, v):
     """q [B, Tq, d_k], k [B, Tk, d_k], v [B, Tk, d_v] -> (out [B, Tq, d_v], weights [B, Tq, Tk])."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [B, Tq, Tk]
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # [B, Tq, Tk]
     weights = torch.softmax(scores, dim=-1)  # each row sums to 1
     return weights @ v, weights  # [B, Tq, d_v]
 
@@ -345,7 +345,7 @@ with torch.no_grad():
     bare = embed(ids)  # [1, 5, 16] token vectors only
     gap_bare = (attn(bare[:, perm])[0] - attn(bare)[0][:, perm]).abs().max().item()
     gap_pos = (attn(positional(bare[:, perm]))[0] - attn(positional(bare))[0][:, perm]).abs().max().item()
-print(f"without positions: max |Attn(PX) - P Attn(X)| = {gap_bare:.6f}")
+print(f"without positions: max |Attn(PX) - P Attn(X)| < 1e-5: {gap_bare < 1e-5} (float rounding only)")
 print(f"with positions:    max |Attn(PX) - P Attn(X)| = {gap_pos:.4f}")
 assert gap_bare < 1e-5 and gap_pos > 0.1
 

@@ -394,7 +394,8 @@ assert "[0, 1, 2, 3], NaN in gradient: True" in lines[1] and "[], NaN in gradien
 #    row gives **zero weights and a zero output**, and since that output no longer
 #    depends on anything, zero gradient.
 #
-# PyTorch (since 2.5) does the same in its own math path: a fully masked row gives zeros.
+# Recent PyTorch (the 2.13 used here) does the same in `F.scaled_dot_product_attention`:
+# a fully masked row gives zeros there too. Older versions returned NaN.
 
 # %%
 print("float16 -1e9 ->", torch.tensor(-1e9, dtype=torch.float16).item())

@@ -61,9 +61,9 @@ def test_matches_torch_without_mask(dtype):
 def test_matches_torch_with_mask(dtype):
     """Equal to PyTorch on every query row that can see at least one key.
 
-    On rows that see nothing, ours gives zeros. PyTorch >= 2.5 gives zeros there too
-    (its math path uses a "safe" softmax); older versions gave NaN, so those rows are
-    compared with zero, not with PyTorch.
+    On rows that see nothing, ours gives zeros. Recent PyTorch (2.13, which the project
+    pins) gives zeros there too, but older versions gave NaN, so those rows are compared
+    with zero, not with PyTorch.
     """
     gen = torch.Generator().manual_seed(1)
     seen_empty = seen_visible = 0
