@@ -484,9 +484,11 @@ assert dead["raw (scale=1)"] > 0.1 and dead["scaled (default)"] == 0.0
 assert median["raw (scale=1)"] < 0.5 * median["scaled (default)"]
 
 # %% [markdown]
-# Without the division, about a fifth of the queries receive no gradient at all: their softmax
-# is saturated, so $W_Q$ and $W_K$ cannot learn from them. (The few unsaturated rows get
-# gradients $\sqrt{d_k}$ times too large instead: training is both stalled and jumpy.)
+# Without the division, a large share of the queries (a fifth to a quarter, depending on
+# the draw) receive no gradient at all: their softmax
+# is saturated, so $W_Q$ and $W_K$ cannot learn from them. (The rows that are not saturated
+# miss the $1/\sqrt{d_k}$ factor in their gradient and get far larger ones instead:
+# training is both stalled and jumpy.)
 
 # %% [markdown]
 # ## 7 · The attention heatmap of the running example
