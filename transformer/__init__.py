@@ -23,7 +23,7 @@ from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
 # chapter 09: Training: teaching the model to translate
 from transformer.training import shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, evaluate_loss, train, TRANSLATOR_CHECKPOINT, CHECKPOINT_FORMAT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
 # chapter 09: Training: teaching the model to translate
-from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, SUBJECTS, NOUNS, ADJECTIVES, NUMBERS, VERBS, PLACES, TIMES, TENSES, MOODS, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
+from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
 
 __version__ = "0.1.0"
 
@@ -45,6 +45,15 @@ __all__ = [
     "PAPER_CONFIGS",
     "Transformer",
     "count_parameters",
+    "SUBJECTS",
+    "NOUNS",
+    "ADJECTIVES",
+    "NUMBERS",
+    "VERBS",
+    "PLACES",
+    "TIMES",
+    "TENSES",
+    "MOODS",
     "shift_targets",
     "label_smoothed_cross_entropy",
     "noam_lr",
@@ -64,15 +73,7 @@ __all__ = [
     "UNK_ID",
     "SPECIAL_TOKENS",
     "MAX_WORDS",
-    "SUBJECTS",
-    "NOUNS",
-    "ADJECTIVES",
-    "NUMBERS",
-    "VERBS",
-    "PLACES",
-    "TIMES",
-    "TENSES",
-    "MOODS",
+    "Grammar",
     "HELD_OUT_COMBINATIONS",
     "sample_pair",
     "generate_corpus",
