@@ -18,58 +18,67 @@ UNK_ID = 3  # a word the vocabulary does not know
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # in id order: "<pad>" is 0
 MAX_WORDS = 12  # the grammar never writes a sentence longer than this (either language)
 
-# The grammar. Each table row is (English, Chinese, ...); the generator below picks one
-# entry per slot and writes both sentences from the same choices, so every English
-# sentence has exactly one Chinese translation.
 
-# (English, Chinese, third person singular?) -- drives English verb agreement only.
-SUBJECTS = (
-    ("I", "我", False), ("you", "你", False), ("he", "他", True), ("she", "她", True),
-    ("we", "我们", False), ("they", "他们", False),
-    ("the teacher", "老师", True), ("the children", "孩子们", False),
-)
-# Noun classes: (singular, plural, Chinese, measure word). Drinks are uncountable in
-# English ("two cups of tea"), so they have no plural and their measure word is 杯 (cup).
-NOUNS = {
-    "fruit": (("apple", "apples", "苹果", "个"), ("orange", "oranges", "橙子", "个"),
-              ("pear", "pears", "梨", "个"), ("banana", "bananas", "香蕉", "根")),
-    "animal": (("cat", "cats", "猫", "只"), ("bird", "birds", "鸟", "只"),
-               ("dog", "dogs", "狗", "条"), ("horse", "horses", "马", "匹")),
-    "book": (("book", "books", "书", "本"), ("magazine", "magazines", "杂志", "本")),
-    "drink": (("tea", None, "茶", "杯"), ("milk", None, "牛奶", "杯"),
-              ("coffee", None, "咖啡", "杯"), ("water", None, "水", "杯")),
-}
-ADJECTIVES = {
-    "fruit": (("big", "大"), ("small", "小"), ("red", "红"), ("green", "绿")),
-    "animal": (("big", "大"), ("small", "小"), ("black", "黑"), ("white", "白")),
-    "book": (("new", "新"), ("old", "旧")),
-    "drink": (("hot", "热"), ("cold", "冰")),
-}
-NUMBERS = (("one", "一"), ("two", "两"), ("three", "三"), ("four", "四"), ("five", "五"))
-# (base, third singular, past, past participle, Chinese, noun classes, action verb?)
-# "love" and "want" are states: present tense only, no place or time phrase.
-VERBS = (
-    ("love", "loves", "loved", "loved", "喜欢", ("fruit", "animal", "book", "drink"), False),
-    ("want", "wants", "wanted", "wanted", "想要", ("fruit", "animal", "book", "drink"), False),
-    ("eat", "eats", "ate", "eaten", "吃", ("fruit",), True),
-    ("buy", "buys", "bought", "bought", "买", ("fruit", "animal", "book", "drink"), True),
-    ("see", "sees", "saw", "seen", "看见", ("animal",), True),
-    ("read", "reads", "read", "read", "读", ("book",), True),
-    ("drink", "drinks", "drank", "drunk", "喝", ("drink",), True),
-)
-# English puts place and time at the end; Chinese puts them before the verb
-# (subject, time, place, verb, object): "I ate apples at home yesterday" ->
-# "我 昨天 在 家 吃 了 苹果".
-PLACES = (("at home", "在 家"), ("at school", "在 学校"), ("in the park", "在 公园"),
-          ("at the store", "在 商店"))
-TIMES = {  # the time phrases that agree with each tense
-    "present": (("every day", "每天"),),
-    "past": (("yesterday", "昨天"), ("today", "今天"), ("last week", "上周")),
-    "perfect": (),
-    "future": (("tomorrow", "明天"), ("today", "今天"), ("next week", "下周")),
-}
-TENSES = ("present", "past", "perfect", "future")
-MOODS = ("statement", "negation", "question")
+class Grammar:
+    """The toy grammar's word tables. Each row pairs English with Chinese; `sample_pair`
+    picks one row per slot and writes both sentences from the same choices, so every
+    English sentence has exactly one Chinese translation.
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+
+    # (English, Chinese, third person singular?) -- drives English verb agreement only.
+    SUBJECTS = (
+        ("I", "我", False), ("you", "你", False), ("he", "他", True), ("she", "她", True),
+        ("we", "我们", False), ("they", "他们", False),
+        ("the teacher", "老师", True), ("the children", "孩子们", False),
+    )
+    # Noun classes: (singular, plural, Chinese, measure word). Drinks are uncountable in
+    # English ("two cups of tea"), so they have no plural and their measure word is 杯 (cup).
+    NOUNS = {
+        "fruit": (("apple", "apples", "苹果", "个"), ("orange", "oranges", "橙子", "个"),
+                  ("pear", "pears", "梨", "个"), ("banana", "bananas", "香蕉", "根")),
+        "animal": (("cat", "cats", "猫", "只"), ("bird", "birds", "鸟", "只"),
+                   ("dog", "dogs", "狗", "条"), ("horse", "horses", "马", "匹")),
+        "book": (("book", "books", "书", "本"), ("magazine", "magazines", "杂志", "本")),
+        "drink": (("tea", None, "茶", "杯"), ("milk", None, "牛奶", "杯"),
+                  ("coffee", None, "咖啡", "杯"), ("water", None, "水", "杯")),
+    }
+    ADJECTIVES = {
+        "fruit": (("big", "大"), ("small", "小"), ("red", "红"), ("green", "绿")),
+        "animal": (("big", "大"), ("small", "小"), ("black", "黑"), ("white", "白")),
+        "book": (("new", "新"), ("old", "旧")),
+        "drink": (("hot", "热"), ("cold", "冰")),
+    }
+    NUMBERS = (("one", "一"), ("two", "两"), ("three", "三"), ("four", "四"), ("five", "五"))
+    # (base, third singular, past, past participle, Chinese, noun classes, action verb?)
+    # "love" and "want" are states: present tense only, no place or time phrase. No verb
+    # has a past form equal to its base ("read"), which would make "you read books"
+    # ambiguous: every English sentence must have one translation.
+    VERBS = (
+        ("love", "loves", "loved", "loved", "喜欢", ("fruit", "animal", "book", "drink"), False),
+        ("want", "wants", "wanted", "wanted", "想要", ("fruit", "animal", "book", "drink"), False),
+        ("eat", "eats", "ate", "eaten", "吃", ("fruit",), True),
+        ("buy", "buys", "bought", "bought", "买", ("fruit", "animal", "book", "drink"), True),
+        ("see", "sees", "saw", "seen", "看见", ("animal",), True),
+        ("borrow", "borrows", "borrowed", "borrowed", "借", ("book",), True),
+        ("drink", "drinks", "drank", "drunk", "喝", ("drink",), True),
+    )
+    # English puts place and time at the end; Chinese puts them before the verb
+    # (subject, time, place, verb, object): "I ate apples at home yesterday" ->
+    # "我 昨天 在 家 吃 了 苹果".
+    PLACES = (("at home", "在 家"), ("at school", "在 学校"), ("in the park", "在 公园"),
+              ("at the store", "在 商店"))
+    TIMES = {  # the time phrases that agree with each tense
+        "present": (("every day", "每天"),),
+        "past": (("yesterday", "昨天"), ("today", "今天"), ("last week", "上周")),
+        "perfect": (),
+        "future": (("tomorrow", "明天"), ("today", "今天"), ("next week", "下周")),
+    }
+    TENSES = ("present", "past", "perfect", "future")
+    MOODS = ("statement", "negation", "question")
+
+
 # Word pairs that training never sees together: a sentence holding a word of each
 # group goes to the test set, which so tests combinations that training never paired.
 HELD_OUT_COMBINATIONS = (
@@ -114,10 +123,10 @@ def _verb_phrase(verb: tuple, tense: str, mood: str, third: bool) -> tuple[list[
 
 def _noun_phrase(rng: random.Random, noun_class: str, counted: bool) -> tuple[str, str]:
     """An object, bare ("apples", "hot tea") or counted ("three big apples", "two cups of tea")."""
-    singular, plural, zh, measure = rng.choice(NOUNS[noun_class])
-    adj_en, adj_zh = rng.choice(ADJECTIVES[noun_class]) if rng.random() < 0.5 else ("", "")
+    singular, plural, zh, measure = rng.choice(Grammar.NOUNS[noun_class])
+    adj_en, adj_zh = rng.choice(Grammar.ADJECTIVES[noun_class]) if rng.random() < 0.5 else ("", "")
     if counted:  # number + measure word + noun: 三 个 苹果, 两 杯 茶
-        num_en, num_zh = rng.choice(NUMBERS)
+        num_en, num_zh = rng.choice(Grammar.NUMBERS)
         if plural is None:  # drinks are counted in cups: "one cup of tea", "two cups of tea"
             en = f"{num_en} {'cup' if num_en == 'one' else 'cups'} of {adj_en} {singular}"
         else:
@@ -133,17 +142,17 @@ def sample_pair(rng: random.Random) -> tuple[str, str]:
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    subj_en, subj_zh, third = rng.choice(SUBJECTS)
-    verb = rng.choice(VERBS)
+    subj_en, subj_zh, third = rng.choice(Grammar.SUBJECTS)
+    verb = rng.choice(Grammar.VERBS)
     is_action = verb[6]
-    tense = rng.choice(TENSES) if is_action else "present"
-    mood = rng.choice(MOODS)
+    tense = rng.choice(Grammar.TENSES) if is_action else "present"
+    mood = rng.choice(Grammar.MOODS)
     if mood == "question" and subj_en == "I":
         subj_en, subj_zh, third = "you", "你", False  # "do I eat ...?" is rare; ask "you"
     counted = verb[0] != "love" and rng.random() < 0.5  # one loves apples in general
     obj_en, obj_zh = _noun_phrase(rng, rng.choice(verb[5]), counted)
-    place = rng.choice(PLACES) if is_action and rng.random() < 0.5 else ("", "")
-    times = TIMES[tense]
+    place = rng.choice(Grammar.PLACES) if is_action and rng.random() < 0.5 else ("", "")
+    times = Grammar.TIMES[tense]
     time = rng.choice(times) if is_action and times and rng.random() < 0.6 else ("", "")
     aux, verb_en, zh_pre, zh_verb = _verb_phrase(verb, tense, mood, third)
     en = [*aux, subj_en, *verb_en, obj_en, place[0], time[0]] + (["?"] if mood == "question" else [])
@@ -385,4 +394,4 @@ def make_batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: 
     return [collate([encoded[i] for i in order[start:start + batch_size]])
             for start in range(0, len(order), batch_size)]
 
-__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "MAX_WORDS", "SUBJECTS", "NOUNS", "ADJECTIVES", "NUMBERS", "VERBS", "PLACES", "TIMES", "TENSES", "MOODS", "HELD_OUT_COMBINATIONS", "sample_pair", "generate_corpus", "is_held_out", "CorpusSplit", "split_corpus", "tokenize", "Vocab", "pad_sequences", "collate", "make_batches"]
+__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "MAX_WORDS", "Grammar", "HELD_OUT_COMBINATIONS", "sample_pair", "generate_corpus", "is_held_out", "CorpusSplit", "split_corpus", "tokenize", "Vocab", "pad_sequences", "collate", "make_batches"]

@@ -146,7 +146,8 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
             bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
         history["valid_step"].append(step)
         history["valid_loss"].append(evaluate_loss(model, valid_batches, eps))
-        bar.write(f"epoch {epoch + 1}: valid loss {history['valid_loss'][-1]:.4f}")
+        if progress:
+            bar.write(f"epoch {epoch + 1}: valid loss {history['valid_loss'][-1]:.4f}")
     bar.close()
     history["seconds"] = [time.perf_counter() - start]
     return history
@@ -231,6 +232,7 @@ def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     Chapter 10 builds the real one (`transformer.generation`); this one recomputes the
     whole prefix at every step, which is fine for short sentences.
     """
+    max_new_tokens = min(max_new_tokens, model.max_len - 1)  # positions the model can encode
     src_mask = model.make_src_mask(src)  # [B, 1, 1, S]
     memory = model.encode(src, src_mask)  # [B, S, d_model]
     ys = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long)  # [B, 1]
