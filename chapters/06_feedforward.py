@@ -16,36 +16,406 @@
 # ---
 
 # %% [markdown]
-# # 06 · Position-wise feed-forward network (skeleton: to be written as a full chapter)
+# # 06 · Position-wise feed-forward network
+#
+# Multi-head attention (chapter 05) lets each position of `<bos> I love apples <eos>`
+# gather what it needs from the others. This chapter adds the second half of every
+# Transformer layer: a small two-layer network that then **processes** what each position
+# has gathered, at each position separately. It is the simplest module of the model and,
+# as we will count, the one that holds most of its parameters.
 
 # %%
 #| default_exp feedforward
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from transformer.multihead import MultiHeadAttention
+
+_ = torch.manual_seed(0)
+
+# %% [markdown]
+# ## 1 · The pressure: attention only mixes
+#
+# For fixed attention weights $A$, multi-head attention is
+# $\operatorname{Concat}_i(A_i X W^V_i)\,W^O$: linear in the values. The weights themselves
+# depend on the input through the softmax, so attention is not linear overall, but what it
+# does *to the content of the vectors* is always the same: weighted averages, followed by a
+# linear map. Nothing squashes, thresholds or combines features.
+#
+# The cleanest way to see it: a position that attends only to itself (a one-token sequence,
+# or a query whose mask leaves only itself). Its weight is 1, and attention collapses to an
+# affine map, $x \mapsto x W^V W^O + b$, whatever the queries and keys say:
+
+# %%
+d_model = 8
+mha = MultiHeadAttention(d_model, num_heads=2).eval()
+x = torch.randn(100, 1, d_model)  # 100 one-token sequences
+out, _ = mha(x, x, x)
+affine = mha.out_proj(mha.v_proj(x))  # x W_V W_O + biases: no query, no key
+print("attention on one token == the affine map x W_V W_O + b:",
+      torch.allclose(out, affine, atol=1e-6))
+
+# %%
+assert torch.allclose(out, affine, atol=1e-6)
+
+# %% [markdown]
+# So any per-position function that is not affine is out of reach of attention, stacked as
+# deep as we like. The classic example is XOR. Suppose two features of a token say
+# "plural?" and "subject?", and what the next layer needs is "exactly one of the two".
+# The best affine fit (least squares, computed exactly) to XOR on its four inputs is the
+# constant 0.5, wrong on every input:
+
+# %%
+inputs = torch.tensor([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+xor = torch.tensor([0.0, 1.0, 1.0, 0.0])
+design = torch.cat([inputs, torch.ones(4, 1)], dim=1)  # [a, b, 1]
+coef = torch.linalg.lstsq(design, xor[:, None]).solution  # best w_a, w_b, bias
+print("best affine fit on the four inputs:", [round(v, 4) for v in (design @ coef).squeeze(1).tolist()])
+
+# %%
+assert torch.allclose(design @ coef, torch.full((4, 1), 0.5), atol=1e-5)
+
+# %% [markdown]
+# One hidden layer with a nonlinearity fixes it: with $h = \operatorname{ReLU}(a + b)$ and
+# $h' = \operatorname{ReLU}(a + b - 1)$, $\;\text{XOR} = h - 2h'$. That is a two-layer
+# network of exactly the shape this chapter builds, applied to one position.
+
+# %%
+hidden = F.relu(inputs @ torch.tensor([[1.0, 1.0], [1.0, 1.0]]) + torch.tensor([0.0, -1.0]))
+print("ReLU network:", (hidden @ torch.tensor([1.0, -2.0])).tolist())
+assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
+
+# %% [markdown]
+# ## 2 · The idea: the same small MLP at every position
+#
+# The paper's feed-forward sublayer is a two-layer perceptron, applied to each position
+# $x_t \in \mathbb{R}^{d_\text{model}}$ separately and identically:
+#
+# $$
+# \operatorname{FFN}(x_t) = \max(0,\; x_t W_1 + b_1)\,W_2 + b_2,
+# \qquad W_1 \in \mathbb{R}^{d_\text{model}\times d_\text{ff}},\;
+# W_2 \in \mathbb{R}^{d_\text{ff}\times d_\text{model}},
+# $$
+#
+# with $d_\text{ff} = 4\,d_\text{model}$ (2048 for $d_\text{model} = 512$): widen, apply the
+# nonlinearity, narrow back, so that the output can be added to the input in the residual
+# path of chapter 07. The two halves have a clean reading: attention decides **where** a
+# position reads from; the FFN decides **what to make** of what was read.
+#
+# * **Activation.** The paper uses ReLU; seed 000 (like BERT and GPT) uses GELU,
+#   $\operatorname{GELU}(z) = z\,\Phi(z)$ with $\Phi$ the standard normal CDF, a smooth
+#   ReLU that lets small negative values through. Here it is a parameter.
+# * **Position-wise.** The same $W_1, W_2$ serve every position, and no position sees
+#   another: the FFN commutes with any reordering of the positions. The paper's other
+#   description, "two convolutions with kernel size 1", says the same thing.
+# * **Dropout** sits after the activation, as in `torch.nn.TransformerEncoderLayer`; the
+#   dropout on the sublayer's output belongs to the residual path (chapter 07).
+
+# %% [markdown]
+# ## 3 · The code
+#
+# `nn.Linear` acts on the last axis and treats all leading axes as a batch, so a
+# `[batch, seq, d_model]` tensor is processed position by position with no reshaping at all.
+# The names `linear1` and `linear2` are PyTorch's, so that weights copy across directly.
 
 # %%
 #| export
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+ACTIVATIONS = ("relu", "gelu")
+
 
 class FeedForward(nn.Module):
     """linear2(dropout(activation(linear1(x)))), applied to each position alone.
 
-    [batch, seq, d_model] -> [batch, seq, d_model]; d_ff defaults to 4 * d_model.
+    [batch, seq, d_model] -> [batch, seq, d_model] (any leading axes work: the same
+    weights are applied to every position). d_ff defaults to 4 * d_model (the paper).
+    activation: "relu" (the paper) or "gelu" (seed 000, BERT, GPT). dropout acts on the
+    hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer.
     """
 
     def __init__(
         self, d_model: int, d_ff: int | None = None, dropout: float = 0.1, activation: str = "relu"
     ):
         super().__init__()
-        activations = {"relu": F.relu, "gelu": F.gelu}
-        if activation not in activations:
-            raise ValueError(f"activation must be one of {sorted(activations)}, got {activation!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        for name, v in (("d_model", d_model), ("d_ff", d_ff)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.d_model, self.d_ff, self.activation_name = d_model, d_ff, activation
+        self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
+        self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        self.activation = activations[activation]
+        self.activation = F.relu if activation == "relu" else F.gelu
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [batch, seq, d_model] -> [batch, seq, d_model]."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        if x.dim() < 1 or x.size(-1) != self.d_model:
+            raise ValueError(
+                f"x must have shape [..., d_model={self.d_model}], got {tuple(x.shape)}"
+            )
+        hidden = self.dropout(self.activation(self.linear1(x)))  # [batch, seq, d_ff]
+        return self.linear2(hidden)  # [batch, seq, d_model]
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation_name}"
+
+
+# %% [markdown]
+# ## 4 · Shape trace of the running example
+#
+# The five source tokens `<bos> I love apples <eos>` at `d_model = 16` (random stand-ins for
+# the output of an attention sublayer), so `d_ff = 64`:
+
+# %%
+src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
+ffn = FeedForward(16, dropout=0.0)
+x = torch.randn(1, len(src_tokens), 16)  # [B=1, T=5, d_model]
+h1 = ffn.linear1(x)
+print(f"input                {tuple(x.shape)}\n"
+      f"linear1 (widen)      {tuple(h1.shape)}\n"
+      f"ReLU                 {tuple(F.relu(h1).shape)}"
+      f"  fraction zeroed: {(F.relu(h1) == 0).float().mean().item():.2f}\n"
+      f"linear2 (narrow)     {tuple(ffn(x).shape)}\n{ffn}")
+
+# %% [markdown]
+# About half of the hidden units are zero for any given token: ReLU switches off a
+# different subset of the 64 hidden features for each position, which is what makes the
+# map nonlinear.
+#
+# ## 5 · Checks
+#
+# **Position-wise, numerically.** Permuting the five positions permutes the outputs the
+# same way, and running each position alone (as a batch of single vectors) gives the same
+# result as running the sentence. Contrast with attention, whose output at "love" changes
+# when the other words change.
+
+# %%
+perm = torch.tensor([3, 0, 4, 1, 2])  # "apples <bos> <eos> I love"
+y = ffn(x)
+assert torch.allclose(ffn(x[:, perm]), y[:, perm], atol=1e-6)
+assert torch.allclose(torch.stack([ffn(x[0, t]) for t in range(5)])[None], y, atol=1e-6)
+mha16 = MultiHeadAttention(16, 4).eval()
+other = x.clone()
+other[:, 3] = torch.randn(16)  # change "apples"
+print("FFN output at 'love' changed when 'apples' changed:",
+      not torch.allclose(ffn(other)[:, 2], y[:, 2]))
+print("attention output at 'love' changed when 'apples' changed:",
+      not torch.allclose(mha16(other, other, other)[0][:, 2], mha16(x, x, x)[0][:, 2]))
+
+# %% [markdown]
+# **Equal to the FFN inside `torch.nn.TransformerEncoderLayer`**, for both activations,
+# once the weights are copied (PyTorch's layer uses the same names, `linear1` and `linear2`;
+# its `_ff_block` also applies the layer's output dropout, the identity in eval mode).
+
+# %%
+for act in ("relu", "gelu"):
+    ours = FeedForward(16, 64, dropout=0.1, activation=act).eval()
+    layer = nn.TransformerEncoderLayer(16, 4, 64, activation=act, batch_first=True).eval()
+    layer.linear1.load_state_dict(ours.linear1.state_dict())
+    layer.linear2.load_state_dict(ours.linear2.state_dict())
+    same = torch.allclose(ours(x), layer._ff_block(x), atol=1e-6)
+    print(f"{act}: equal to nn.TransformerEncoderLayer's FFN: {same}")
+    assert same
+
+# %% [markdown]
+# **Dropout acts on the hidden layer in training only**, and bad input gets a clear error:
+
+# %%
+drop = FeedForward(16, dropout=0.5)
+assert not torch.equal(drop.train()(x), drop.train()(x))
+assert torch.equal(drop.eval()(x), drop.eval()(x))
+for bad in (lambda: FeedForward(16, activation="tanh"), lambda: FeedForward(0),
+            lambda: ffn(torch.randn(1, 5, 12))):
+    try:
+        bad()
+    except ValueError as e:
+        print("ValueError:", e)
+    else:
+        raise AssertionError("expected a ValueError")
+
+# %% [markdown]
+# ## 6 · Figures: the two activations, and where a layer's parameters live
+#
+# Left: ReLU and GELU. Right: the parameters of one encoder layer and one decoder layer of
+# the paper's base model ($d_\text{model} = 512$, 8 heads, $d_\text{ff} = 2048$), counted
+# from our modules. Attention costs $4(d^2 + d)$ per sublayer whatever the number of heads
+# (chapter 05); the FFN costs $2\,d\,d_\text{ff} + d_\text{ff} + d \approx 8d^2$; the
+# LayerNorms of chapter 07 ($2d$ each) do not show at this scale.
+
+# %%
+def n_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+d, heads, d_ff = 512, 8, 2048
+attn_p = n_params(MultiHeadAttention(d, heads))
+ffn_p = n_params(FeedForward(d, d_ff))
+norm_p = n_params(nn.LayerNorm(d))
+layers = {
+    "encoder layer": {"self-attention": attn_p, "cross-attention": 0, "FFN": ffn_p,
+                      "LayerNorms": 2 * norm_p},
+    "decoder layer": {"self-attention": attn_p, "cross-attention": attn_p, "FFN": ffn_p,
+                      "LayerNorms": 3 * norm_p},
+}
+rows = [f"{'':15}{'self-attn':>11}{'cross-attn':>11}{'FFN':>11}{'norms':>8}{'total':>11}{'FFN share':>10}"]
+for name, parts in layers.items():
+    total = sum(parts.values())
+    rows.append(f"{name:15}" + "".join(f"{v:>11,}" for v in list(parts.values())[:3])
+                + f"{parts['LayerNorms']:>8,}{total:>11,}{parts['FFN'] / total:>10.1%}")
+print("\n".join(rows))
+
+# %%
+assert ffn_p == 2 * d * d_ff + d_ff + d == 2_099_712
+assert abs(layers["encoder layer"]["FFN"] / sum(layers["encoder layer"].values()) - 2 / 3) < 0.01
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+z = torch.linspace(-3, 3, 301)
+ax1.plot(z, F.relu(z), label="ReLU (paper)")
+ax1.plot(z, F.gelu(z), label="GELU (seed 000)")
+ax1.axhline(0, color="grey", lw=0.5)
+ax1.set_xlabel("z")
+ax1.set_title("activation")
+ax1.legend()
+names = list(layers)
+bottom = torch.zeros(len(names))
+for part in ("self-attention", "cross-attention", "FFN", "LayerNorms"):
+    vals = torch.tensor([layers[n][part] / 1e6 for n in names])
+    ax2.bar(names, vals, bottom=bottom, label=part)
+    bottom += vals
+ax2.set_ylabel("parameters (millions)")
+ax2.set_title("one layer of the base model (d=512, d_ff=2048)")
+ax2.set_ylim(0, 5.5)
+ax2.legend(loc="upper left", ncol=2)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Two thirds of an encoder layer, and half of a decoder layer, is feed-forward network.
+# Across the whole base model (chapter 08 counts it) the FFNs hold more parameters than all
+# the attention put together: attention is the novel part, but most of the model's memory
+# for "what to do with what was read" sits here.
+
+# %% [markdown]
+# ## 7 · What we can do now, and what is still missing
+#
+# **Now:** both working parts of a Transformer layer exist. Attention moves information
+# between positions; the FFN transforms it at each position, nonlinearly, with weights
+# shared across positions; it equals PyTorch's own FFN with copied weights.
+#
+# **Still missing:** a way to stack them. Chained naively, attention and FFN layers quickly
+# wash out or blow up the signal, and gradients struggle to reach the first layers. Chapter
+# 07 wraps each sublayer in a residual path and a LayerNorm, and builds the encoder and
+# decoder blocks.
+
+# %% [markdown]
+# ## 8 · Exercises
+#
+# ### Exercise 1 · The formula by hand
+# Write `ffn_by_hand(x, w1, b1, w2, b2)` computing $\max(0, xW_1 + b_1)W_2 + b_2$ with
+# matrix products. The weights are given **as `nn.Linear` stores them**: `w1` has shape
+# `[d_ff, d_model]` (output features first), so you will need a transpose. The check
+# compares with `FeedForward` (dropout 0) on a random batch.
+
+# %%
+def ffn_by_hand(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                b2: torch.Tensor) -> torch.Tensor:
+    """x [..., d_model]; w1 [d_ff, d_model], b1 [d_ff], w2 [d_model, d_ff], b2 [d_model]."""
+    ### BEGIN SOLUTION
+    return torch.clamp(x @ w1.T + b1, min=0) @ w2.T + b2
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-by-hand
+_f = FeedForward(6, 10, dropout=0.0)
+_x = torch.randn(3, 4, 6)
+_got = ffn_by_hand(_x, _f.linear1.weight, _f.linear1.bias, _f.linear2.weight, _f.linear2.bias)
+assert _got.shape == (3, 4, 6)
+assert torch.allclose(_got, _f(_x), atol=1e-6)
+
+# %% [markdown]
+# ### Exercise 2 · Sort two numbers with an FFN
+# Return a `FeedForward(2, d_ff=4, dropout=0.0)` whose weights you set by hand so that, at
+# every position, input $(a, b)$ gives output $(\max(a, b), \min(a, b))$. Hint:
+# $\max(a,b) = \tfrac12(a+b) + \tfrac12|a-b|$, and both $|u|$ and $u$ itself can be written
+# with two ReLUs: $|u| = \operatorname{ReLU}(u) + \operatorname{ReLU}(-u)$,
+# $u = \operatorname{ReLU}(u) - \operatorname{ReLU}(-u)$. The check tries random inputs.
+
+# %%
+def sorting_ffn() -> FeedForward:
+    """A FeedForward(2, 4) mapping each position's (a, b) to (max(a, b), min(a, b))."""
+    ### BEGIN SOLUTION
+    f = FeedForward(2, d_ff=4, dropout=0.0)
+    with torch.no_grad():
+        # hidden: ReLU(a-b), ReLU(b-a), ReLU(a+b), ReLU(-a-b)
+        f.linear1.weight.copy_(torch.tensor([[1.0, -1.0], [-1.0, 1.0], [1.0, 1.0], [-1.0, -1.0]]))
+        f.linear1.bias.zero_()
+        # max = (|a-b| + (a+b)) / 2, min = ((a+b) - |a-b|) / 2
+        f.linear2.weight.copy_(torch.tensor([[0.5, 0.5, 0.5, -0.5], [-0.5, -0.5, 0.5, -0.5]]))
+        f.linear2.bias.zero_()
+    return f
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-sort
+_f = sorting_ffn()
+assert isinstance(_f, FeedForward) and _f.linear1.out_features == 4
+_x = torch.randn(5, 7, 2)
+_want = torch.stack([_x.max(-1).values, _x.min(-1).values], dim=-1)
+assert torch.allclose(_f.eval()(_x), _want, atol=1e-5)
+
+# %% [markdown]
+# ### Exercise 3 · Two convolutions with kernel size 1
+# The paper describes the FFN as "two convolutions with kernel size 1". Write
+# `as_convolutions(ffn)` that returns an `nn.Sequential` of `nn.Conv1d(d_model, d_ff, 1)`,
+# the activation (`nn.ReLU()` or `nn.GELU()`, following `ffn.activation_name`) and
+# `nn.Conv1d(d_ff, d_model, 1)`, holding the FFN's weights. `nn.Conv1d` wants
+# `[batch, channels, length]`, so the check feeds it `x.transpose(1, 2)` and compares
+# with `ffn(x)` for both activations.
+
+# %%
+def as_convolutions(ffn: FeedForward) -> nn.Sequential:
+    """The same map as ffn (in eval mode), as Conv1d(k=1) -> activation -> Conv1d(k=1)."""
+    ### BEGIN SOLUTION
+    conv1 = nn.Conv1d(ffn.d_model, ffn.d_ff, kernel_size=1)
+    conv2 = nn.Conv1d(ffn.d_ff, ffn.d_model, kernel_size=1)
+    with torch.no_grad():
+        conv1.weight.copy_(ffn.linear1.weight[:, :, None])  # [d_ff, d_model, 1]
+        conv1.bias.copy_(ffn.linear1.bias)
+        conv2.weight.copy_(ffn.linear2.weight[:, :, None])  # [d_model, d_ff, 1]
+        conv2.bias.copy_(ffn.linear2.bias)
+    act = nn.ReLU() if ffn.activation_name == "relu" else nn.GELU()
+    return nn.Sequential(conv1, act, conv2)
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-conv
+for _act in ("relu", "gelu"):
+    _f = FeedForward(8, 20, activation=_act).eval()
+    _x = torch.randn(2, 6, 8)
+    _conv = as_convolutions(_f)
+    assert torch.allclose(_conv(_x.transpose(1, 2)).transpose(1, 2), _f(_x), atol=1e-5)
+
+# %% [markdown]
+# ## 9 · Summary
+#
+# * Attention only mixes: for fixed weights it is linear in the values, and a position that
+#   attends to itself alone gets an affine map of its own vector. XOR is beyond it.
+# * The position-wise FFN, $\max(0, xW_1 + b_1)W_2 + b_2$ with $d_\text{ff} = 4d_\text{model}$,
+#   adds the nonlinearity: the same two-layer network at every position, no mixing across
+#   positions (permuting positions permutes outputs).
+# * ReLU (the paper) or GELU (seed 000) is a parameter; dropout acts on the hidden layer.
+# * `FeedForward` equals the FFN inside `torch.nn.TransformerEncoderLayer` with copied
+#   weights, and holds about two thirds of an encoder layer's parameters.

@@ -12,10 +12,10 @@ from transformer.positional import sinusoidal_encoding, PositionalEncoding
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 # chapter 04: The causal mask
 from transformer.masks import causal_mask, padding_mask, combine_masks
-# chapter 05: Multi-head attention (skeleton: to be written as a full chapter)
+# chapter 05: Multi-head attention
 from transformer.multihead import MultiHeadAttention
-# chapter 06: Position-wise feed-forward network (skeleton: to be written as a full chapter)
-from transformer.feedforward import FeedForward
+# chapter 06: Position-wise feed-forward network
+from transformer.feedforward import ACTIVATIONS, FeedForward
 # chapter 07: Encoder and decoder blocks
 from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model
@@ -37,6 +37,7 @@ __all__ = [
     "padding_mask",
     "combine_masks",
     "MultiHeadAttention",
+    "ACTIVATIONS",
     "FeedForward",
     "EncoderBlock",
     "DecoderBlock",
