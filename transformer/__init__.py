@@ -24,6 +24,8 @@ from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
 from transformer.training import shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, evaluate_loss, train, TRANSLATOR_CHECKPOINT, CHECKPOINT_FORMAT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
 # chapter 09: Training: teaching the model to translate
 from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
+# chapter 10: Generation: greedy, sampling, beam search and the KV cache
+from transformer.generation import eval_mode, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
 
 __version__ = "0.1.0"
 
@@ -86,4 +88,17 @@ __all__ = [
     "pad_sequences",
     "collate",
     "make_batches",
+    "eval_mode",
+    "IncrementalDecoder",
+    "greedy_decode",
+    "filter_logits",
+    "sample_decode",
+    "length_penalty",
+    "sequence_scores",
+    "beam_search",
+    "cross_attention_weights",
+    "UnknownWordsError",
+    "Translator",
+    "load_translator",
+    "translate",
 ]

@@ -1,0 +1,1329 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags,-all
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: kernelspec,jupytext
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python (transformer-book)
+#     language: python
+#     name: transformer-book
+# ---
+
+# %% [markdown]
+# # 10 · Generation: greedy, sampling, beam search and the KV cache
+#
+# Chapter 09 trained a translator. But training never asked the model to *write*
+# anything: under teacher forcing the decoder always read the true target, shifted
+# right, and only had to score the next token. This chapter turns that next-token
+# scorer into a translator that produces text, and then makes it fast:
+#
+# - **greedy decoding**, batched, with each sentence stopping at its own `<eos>`;
+# - **sampling** with temperature, top-k and top-p;
+# - **beam search** with the paper's length penalty (beam 4, $\alpha = 0.6$);
+# - a **KV cache**, so that each new token costs one position of work instead of all
+#   of them;
+# - **cross-attention heatmaps** that show which English word each Chinese word read;
+# - `translate("I love apples")` and `python -m transformer translate "I love apples"`
+#   for people who only want to use the model.
+
+# %%
+#| default_exp generation
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import torch
+
+from transformer import Transformer
+
+_ = torch.manual_seed(0)
+# Decoding one sentence multiplies small matrices: a second thread barely helps, and on
+# a busy machine it makes timings erratic. One thread keeps them steady.
+torch.set_num_threads(1)
+
+# %% [markdown]
+# ## 1 · The pressure: a next-token scorer is not yet a translator
+#
+# We load the model that chapter 09 trained and shipped inside the package, with its
+# two vocabularies.
+
+# %%
+import transformer.data as data
+from transformer.data import BOS_ID, EOS_ID, PAD_ID
+from transformer.model import count_parameters
+from transformer.training import load_checkpoint
+
+checkpoint = load_checkpoint()  # transformer/checkpoints/translator.pt, trained in chapter 09
+model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
+print("config:", checkpoint.config)
+print(f"{count_parameters(model):,} parameters; {len(src_vocab)} English and "
+      f"{len(tgt_vocab)} Chinese words (specials included)")
+
+
+def encode_source(sentences: list[str]) -> torch.Tensor:
+    """English sentences -> padded ids [B, S], `<bos> ... <eos>` as in training."""
+    return data.pad_sequences([src_vocab.encode(s) for s in sentences])
+
+# %% [markdown]
+# Given the source and a target *prefix*, the model returns one row of logits per
+# prefix position. Feed it the prefix `<bos>` alone and the last row scores every
+# Chinese word as the first word of the translation:
+
+# %%
+src = encode_source(["I love apples"])  # [1, S]
+print("source ids:", src.tolist())
+model.eval()
+with torch.no_grad():
+    logits = model(src, torch.tensor([[BOS_ID]]))  # [1, 1, V]
+probs = logits[0, -1].softmax(dim=-1)
+top = probs.topk(5)
+for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+    print(f"  {tgt_vocab.decode([i]):>6}  {p:.3f}")
+
+# %% [markdown]
+# That is one word. To get a sentence we must choose a word, append it to the prefix,
+# and ask again, until the model says `<eos>`: **autoregressive decoding**. It leaves
+# three questions, which are this chapter:
+#
+# 1. *Which* word to append: the most likely (greedy), a random draw (sampling), or
+#    keep several candidates alive (beam search)?
+# 2. How to run it on a *batch* of sentences that end at different times?
+# 3. How to avoid recomputing the whole prefix at every step?
+#
+# ## 2 · Greedy decoding
+#
+# Greedy decoding appends $y_t = \arg\max_{w} \; p(w \mid y_{<t}, x)$ at every step. Seed
+# 003 writes it as a method of the model; here it is almost verbatim, as a function:
+
+# %%
+@torch.no_grad()
+def seed_generate(model, src, max_length, bos_id, eos_id):
+    """Seed 003's greedy loop (teaching copy; it has three defects)."""
+    model.eval()
+    src_mask = model.make_src_mask(src)
+    memory = model.encode(src, src_mask)
+    generated = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_length):
+        logits = model.decode(generated, memory, src_mask)[:, -1]  # [B, V]
+        next_token = logits.argmax(dim=-1, keepdim=True)  # [B, 1]
+        generated = torch.cat([generated, next_token], dim=1)
+        if (next_token == eos_id).all():
+            break
+    model.train()  # defect 1: the caller's mode is lost
+    return generated
+
+
+# %% [markdown]
+# Run it on a batch of a short and a long sentence, with the model in evaluation mode:
+
+# %%
+LONG_SENTENCE = "the teacher bought four books at the store yesterday"
+pair = encode_source(["I love apples", LONG_SENTENCE])  # [2, 11]
+model.eval()
+out = seed_generate(model, pair, 20, BOS_ID, EOS_ID)
+for row in out.tolist():
+    print([tgt_vocab.itos[i] for i in row])
+print("model.training after the call:", model.training)
+
+# %% [markdown]
+# Three defects:
+#
+# 1. **The mode.** The model went in evaluation mode and came out in *training* mode:
+#    dropout is now on, so the next forward pass of the caller is random.
+# 2. **The batch.** The loop stops only when *every* row has just produced `<eos>` in
+#    the same step. The short sentence finished early, but it kept receiving tokens
+#    after its `<eos>` (look at the first row above): whoever reads the output must know
+#    to cut it. And if the rows never emit `<eos>` on the same step, the loop runs to
+#    `max_length`.
+# 3. **The cost.** Step $t$ runs the decoder on all $t$ prefix positions, although only
+#    the last one is new. Section 3 fixes that.
+#
+# The fix for the mode is a context manager that records every submodule's `training`
+# flag and puts each one back, whatever happens inside (a model may be partly frozen,
+# with some submodules in eval mode on purpose, so `model.train(was_training)` is not
+# enough). It also turns off gradient tracking: generation never backpropagates.
+
+# %%
+#| export
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer.masks import padding_mask
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Run a block in evaluation mode without gradients, then restore every module's mode.
+
+    Each submodule gets back its own `training` flag, so a model that was (partly)
+    in training mode before is exactly as it was afterwards, even after an error.
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+def _check_src(src: Tensor) -> None:
+    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
+        got = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
+        raise ValueError(f"src must be a LongTensor of token ids [batch, src_len], got {got}")
+
+
+def _check_length(model: nn.Module, max_new_tokens: int | None) -> int:
+    """max_new_tokens, checked; None means as many as the model's positions allow."""
+    limit = getattr(model, "max_len", None)  # positions, <bos> included
+    if max_new_tokens is None:
+        return 50 if limit is None else limit - 1
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if limit is not None and max_new_tokens + 1 > limit:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} plus <bos> exceeds the model's max_len={limit}"
+        )
+    return max_new_tokens
+
+
+# %% [markdown]
+# The fix for the batch: each row carries a `done` flag. Once a row has produced
+# `<eos>`, it receives only `<pad>`, and the loop ends as soon as every row is done.
+# Here is seed 003's loop with both fixes; the cost (defect 3) is the next section.
+
+# %%
+def greedy_v1(model, src, max_new_tokens, bos_id, eos_id):
+    """Seed 003's loop, fixed: the modes are restored and each row stops on its own."""
+    with eval_mode(model):
+        src_mask = model.make_src_mask(src)  # [B, 1, 1, S]
+        memory = model.encode(src, src_mask)  # [B, S, d_model]
+        tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # [B, 1]
+        done = torch.zeros(src.size(0), dtype=torch.bool)  # [B]
+        for _ in range(max_new_tokens):
+            next_id = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1)  # [B]
+            next_id = next_id.masked_fill(done, model.pad_id)  # a finished row gets padding
+            tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # [B, t + 1]
+            done |= next_id == eos_id
+            if done.all():
+                break
+    return tokens
+
+
+# %% [markdown]
+# The same batch, with the model in *training* mode before the call: it comes out in
+# training mode, and the short sentence is padded after its own `<eos>`:
+
+# %%
+model.train()
+out = greedy_v1(model, pair, 20, BOS_ID, EOS_ID)  # [2, 1 + n]
+print("shape:", tuple(out.shape))
+for row in out.tolist():
+    print([tgt_vocab.itos[i] for i in row])
+print("in training mode before, after the call:", model.training)
+model.eval()
+greedy_v1(model, pair, 20, BOS_ID, EOS_ID)
+print("in eval mode before, after the call:    ", model.training)
+
+# %% [markdown]
+# ## 3 · The KV cache
+#
+# Look again at what step $t$ of greedy decoding computes. The decoder runs on the
+# whole prefix $y_0 \dots y_{t-1}$, layer by layer, and we keep only the last row of the
+# output. But because of the causal mask, the hidden state of position $i$ in every
+# layer depends only on positions $\le i$: **appending a token changes nothing at the
+# earlier positions**. Their keys and values
+#
+# $$k_i^{(l)} = h_i^{(l-1)} W_K^{(l)}, \qquad v_i^{(l)} = h_i^{(l-1)} W_V^{(l)}$$
+#
+# are the same at step $t$ as they were at step $i + 1$. So we can keep them: a **KV
+# cache** holds, for each decoder layer, the keys and values of the self-attention of
+# every position seen so far, `[batch, heads, t, d_head]`. A step then feeds *only the
+# new token* through the decoder: its query attends to the cached keys plus its own,
+# and its key and value are appended to the cache.
+#
+# Cross-attention is even simpler: its keys and values are projections of the encoder
+# memory, which does not change at all during decoding. They are computed at the first
+# step and reused for every later one ("static" keys and values).
+#
+# The cost of step $t$ drops from $O(t)$ positions of work per layer to $O(1)$ (plus an
+# attention over $t$ cached keys, which is cheap at these sizes), so a sequence of $n$
+# tokens costs $O(n)$ instead of $O(n^2)$ position-passes.
+#
+# Chapters 02, 05, 07 and 08 have the hooks that make this possible, kept small so they
+# do not get in the way of those chapters:
+#
+# - `MultiHeadAttention.forward(..., cache=None, static_kv=False)`: `cache` is a plain
+#   dict. Without `static_kv`, the new keys/values are appended to `cache["k"]`,
+#   `cache["v"]` along the time axis; with `static_kv`, they are computed once and then
+#   read from the cache;
+# - `DecoderBlock.forward(..., cache=None)` with `cache = {"self": {}, "cross": {}}`,
+#   and `Decoder.forward(..., caches=None)` with one such dict per layer;
+# - `Transformer.decode(tgt, memory, ..., caches=None, start=0)`, where `start` is the
+#   position of the first token of `tgt` (the positional encoding of the new token is
+#   that of position `start`, not 0).
+#
+# `IncrementalDecoder` wraps them. It remembers how many positions its caches have
+# seen, sends only the new ones through the decoder, and builds their mask: the new
+# query at position $i$ may attend to keys $0 \dots i$ that are not padding (True = may
+# attend, as everywhere in this book). Beam search also needs `reorder`, which keeps
+# the cache rows of the surviving hypotheses.
+
+# %%
+#| export
+class IncrementalDecoder:
+    """Next-token logits for a growing target prefix, with or without a KV cache.
+
+    memory: [batch, src_len, d_model], the encoder output (computed once);
+    src_mask: bool [batch, 1, 1, src_len], True = may attend. Call it with the whole
+    prefix so far, tokens [batch, t], to get logits [batch, tgt_vocab] for position t.
+    With use_cache, only the positions it has not seen yet go through the decoder:
+    self-attention keys/values come from per-layer caches ([batch, heads, t, d_head]),
+    cross-attention keys/values are computed on the first call and then reused.
+    """
+
+    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool = True):
+        self.model, self.memory, self.src_mask, self.use_cache = model, memory, src_mask, use_cache
+        # One cache per decoder layer, filled by the layers themselves.
+        self.caches = [{"self": {}, "cross": {}} for _ in model.decoder.layers] if use_cache else None
+        self.seen = 0  # target positions already in the caches
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens [batch, t] (the whole prefix) -> logits [batch, tgt_vocab] for the next token."""
+        if not self.use_cache:  # recompute every position, keep the last
+            return self.model.decode(tokens, self.memory, self.src_mask)[:, -1]
+        new = tokens[:, self.seen:]  # [batch, n]: positions the caches have not seen
+        n, total = new.size(1), tokens.size(1)
+        # New query i sits at position seen + i: it may see keys 0 .. seen + i.
+        causal = torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)
+        tgt_mask = padding_mask(tokens, self.model.pad_id) & causal  # [batch, 1, n, total]
+        logits = self.model.decode(new, self.memory, self.src_mask, tgt_mask,
+                                   caches=self.caches, start=self.seen)  # [batch, n, V]
+        self.seen = total
+        return logits[:, -1]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index` [new_batch], in that order (beam search's survivors)."""
+        self.memory = self.memory.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+        for cache in self.caches or []:
+            for part in cache.values():  # "self" and "cross"
+                for name, tensor in part.items():  # "k" and "v": [batch, heads, T, d_head]
+                    part[name] = tensor.index_select(0, index)
+
+# %% [markdown]
+# The book's greedy decoder is `greedy_v1` with the decoder call replaced by an
+# `IncrementalDecoder`, and with the choice of the next token passed in as a function,
+# so that sampling (section 4) reuses the same loop. Bad arguments get a clear error.
+
+# %%
+#| export
+def _autoregressive(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor],
+                    bos_id: int, eos_id: int | None, max_new_tokens: int | None,
+                    use_cache: bool, src_mask: Tensor | None) -> Tensor:
+    """The loop of greedy decoding and sampling; `choose` maps logits [B, V] to ids [B]."""
+    _check_src(src)
+    max_new_tokens = _check_length(model, max_new_tokens)
+    with eval_mode(model):
+        if src_mask is None:
+            src_mask = model.make_src_mask(src)  # [B, 1, 1, S], True = may attend
+        memory = model.encode(src, src_mask)  # [B, S, d_model]: once per source
+        step = IncrementalDecoder(model, memory, src_mask, use_cache)
+        batch = src.size(0)
+        tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        for _ in range(max_new_tokens):
+            next_id = choose(step(tokens))  # [B]
+            next_id = next_id.masked_fill(done, model.pad_id)  # a finished row gets padding
+            tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # [B, t + 1]
+            if eos_id is not None:
+                done |= next_id == eos_id
+                if bool(done.all()):
+                    break
+    return tokens
+
+
+def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None,
+                  max_new_tokens: int | None = None, use_cache: bool = True,
+                  src_mask: Tensor | None = None) -> Tensor:
+    """Translate a batch by taking the most likely token at every step.
+
+    src: [batch, src_len] token ids (padded with model.pad_id). Returns [batch, 1 + n]:
+    `<bos>`, the generated ids, and after its own `<eos>` each row holds model.pad_id;
+    n <= max_new_tokens (default None: as many as model.max_len allows; the loop stops
+    when every row has ended). eos_id=None never
+    stops early (benchmarks use it to force a length). use_cache: reuse the decoder's
+    keys and values between steps (same tokens, less work). The model's train/eval
+    modes are restored afterwards.
+    """
+    return _autoregressive(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
+                           max_new_tokens, use_cache, src_mask)
+
+
+# %% [markdown]
+# ### The cache at work
+#
+# The cache must not change a single token. We decode 200 held-out test sentences of
+# the corpus with and without it, and compare (section 9 checks beam search and
+# sampling too):
+
+# %%
+from transformer.data import generate_corpus, split_corpus
+
+test_pairs = split_corpus(generate_corpus()).test[:200]
+test_src = encode_source([en for en, _ in test_pairs])  # [200, S]
+plain = greedy_decode(model, test_src, BOS_ID, EOS_ID, use_cache=False)
+cached = greedy_decode(model, test_src, BOS_ID, EOS_ID, use_cache=True)
+print("greedy, identical with and without the cache:", torch.equal(plain, cached))
+right = sum(tgt_vocab.decode(row) == zh for row, (_, zh) in zip(cached, test_pairs, strict=True))
+print(f"greedy exact match on {len(test_pairs)} held-out sentences: {right / len(test_pairs):.3f}")
+
+# %% [markdown]
+# What does the cache hold? After decoding `I love apples` step by step, each layer has
+# a self-attention cache that grew by one position per step, and a cross-attention
+# cache the size of the source, filled once:
+
+# %%
+src = encode_source(["I love apples"])  # [1, 5]
+with eval_mode(model):
+    memory = model.encode(src)  # [1, 5, d_model]
+    step = IncrementalDecoder(model, memory, model.make_src_mask(src))
+    tokens = torch.tensor([[BOS_ID]])
+    print(f"src {tuple(src.shape)} -> memory {tuple(memory.shape)}")
+    while tokens[0, -1] != EOS_ID:
+        logits = step(tokens)  # [1, V]
+        cache = step.caches[0]
+        print(f"prefix {tuple(tokens.shape)} -> logits {tuple(logits.shape)}; layer 0 cache: "
+              f"self k {tuple(cache['self']['k'].shape)}, cross k {tuple(cache['cross']['k'].shape)}")
+        tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+print("->", tgt_vocab.decode(tokens[0]))
+
+# %% [markdown]
+# The cross-attention keys and values are computed once per source: counting the calls
+# of the cross-attention key projections while decoding the 200 test sentences shows one
+# call per layer with the cache, one per layer *and step* without it.
+
+# %%
+def count_cross_key_projections(use_cache: bool) -> int:
+    calls = []
+    hooks = [layer.cross_attn.k_proj.register_forward_hook(lambda *_: calls.append(1))
+             for layer in model.decoder.layers]
+    out = greedy_decode(model, test_src, BOS_ID, EOS_ID, use_cache=use_cache)
+    for hook in hooks:
+        hook.remove()
+    return len(calls), out.size(1) - 1
+
+
+for use_cache in (False, True):
+    calls, steps = count_cross_key_projections(use_cache)
+    print(f"use_cache={use_cache}: {steps} steps, {calls} cross-attention key projections")
+
+# %% [markdown]
+# ### How much work does the cache save?
+#
+# Work first, because it can be counted exactly: we count the target positions that go
+# through the decoder layers to generate $n$ tokens. Without the cache step $t$ feeds
+# $t$ positions, $n(n+1)/2$ in all; with it, one per step, $n$ in all.
+
+# %%
+def decoder_positions(model, src, n, use_cache):
+    """Target positions fed through the first decoder layer while generating n tokens."""
+    rows = []
+    hook = model.decoder.layers[0].register_forward_hook(lambda _m, args, _o: rows.append(args[0].size(1)))
+    greedy_decode(model, src, BOS_ID, None, max_new_tokens=n, use_cache=use_cache)
+    hook.remove()
+    return sum(rows)
+
+
+for n in (5, 10, 20, 30):
+    print(f"n={n:3d}: without cache {decoder_positions(model, src, n, False):4d} positions, "
+          f"with cache {decoder_positions(model, src, n, True):3d}")
+
+# %% [markdown]
+# Then time. The trained translator is tiny (its steps are dominated by Python
+# overhead), so we time a randomly initialised model of a more realistic width,
+# $d_{model} = 256$, 4 heads, 3 decoder layers, at batch 1, forcing $n$ new tokens by
+# passing `eos_id=None`. Timings depend on the machine, so the next cell's output is not
+# compared by the book's tests; the cell after it asserts what must hold everywhere.
+# `tools/bench_generation.py` measures the paper's base size (see the note at the end).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+torch.manual_seed(0)
+wide = Transformer(1000, 1000, d_model=256, num_heads=4, num_encoder_layers=2,
+                   num_decoder_layers=3, d_ff=1024, max_len=256)
+wide_src = torch.randint(4, 1000, (1, 12))
+lengths = [16, 32, 64, 128]
+
+
+def best_time(n, use_cache, repeats=2):
+    """The fastest of a few runs: the least disturbed by other programs."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = greedy_decode(wide, wide_src, BOS_ID, None, max_new_tokens=n, use_cache=use_cache)
+        times.append(time.perf_counter() - start)
+    return min(times), out
+
+
+greedy_decode(wide, wide_src, BOS_ID, None, max_new_tokens=4)  # warm-up
+timings = {}
+for n in lengths:
+    t_plain, out_plain = best_time(n, False)
+    t_cache, out_cache = best_time(n, True)
+    timings[n] = (t_plain, t_cache, torch.equal(out_plain, out_cache))
+    print(f"n={n:4d}: without cache {t_plain:6.3f} s, with cache {t_cache:6.3f} s, "
+          f"speed-up {t_plain / t_cache:5.2f}x")
+
+# %%
+assert all(same for _, _, same in timings.values()), "the cache changed the tokens"
+speedups = [t_plain / t_cache for t_plain, t_cache, _ in timings.values()]
+assert speedups[-1] > 1.5, f"the cache should pay off at n={lengths[-1]}, got {speedups[-1]:.2f}x"
+assert speedups[-1] > speedups[0], "the speed-up should grow with the output length"
+print("tokens identical at every length; the speed-up grows with the length")
+
+# %%
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+ax1.plot(lengths, [timings[n][0] for n in lengths], "o-", label="without cache")
+ax1.plot(lengths, [timings[n][1] for n in lengths], "o-", label="with KV cache")
+ax1.set(xlabel="new tokens n", ylabel="seconds (best of 2)", title="greedy decoding, batch 1")
+ax1.legend()
+ax2.plot(lengths, speedups, "o-", color="C2")
+ax2.axhline(1, color="gray", lw=0.8)
+ax2.set(xlabel="new tokens n", ylabel="speed-up", title="time without / time with the cache")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The count of positions is quadratic without the cache, but the measured time is not
+# (yet): at this width a decoder step is dominated by a fixed cost, about a hundred
+# small tensor operations each with its own Python and dispatch overhead, whatever the
+# prefix length. The quadratic term wins only when a step's arithmetic outweighs that
+# overhead: for longer outputs, wider models, or bigger batches. At the paper's base
+# size (`d_model` 512, 6 layers), `tools/bench_generation.py` measures 128 tokens.
+
+# %% [markdown]
+# ## 4 · Sampling: temperature, top-k, top-p
+#
+# Greedy decoding is deterministic: the same source always gives the same output. For
+# translation that is what we want; for open-ended generation (stories, dialogue) it
+# tends to be dull and repetitive, and we *sample* instead: $y_t \sim
+# \operatorname{softmax}(z / T)$ where $z$ are the logits (seed 004 explains why the
+# model returns logits and leaves the softmax to whoever decodes). Three knobs:
+#
+# - **Temperature** $T > 0$ divides the logits: $T < 1$ sharpens the distribution
+#   (towards greedy as $T \to 0$), $T > 1$ flattens it (towards uniform). Dividing by
+#   $T$ does not change the order of the logits, only how far apart their
+#   probabilities are.
+# - **Top-k** keeps only the $k$ highest-scoring tokens and renormalises: the long tail
+#   of individually unlikely but collectively likely junk is cut.
+# - **Top-p** (nucleus sampling, Holtzman et al. 2019) keeps the smallest set of most
+#   likely tokens whose total probability reaches $p$. Unlike top-k it adapts: when the
+#   model is sure, the nucleus is one token; when it hesitates, it is wide.
+#
+# Both filters set the logits of the removed tokens to $-\infty$, so that the softmax
+# gives them probability exactly zero.
+
+# %%
+#| export
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to -inf the logits of tokens outside the top-k and outside the top-p nucleus.
+
+    logits: [..., vocab] -> same shape. top_k keeps the k largest logits (ties with
+    the k-th are kept too); top_p keeps the smallest set of most likely tokens whose
+    probability reaches p. The most likely token always survives. Apply the
+    temperature before filtering: top-p depends on it.
+    """
+    if top_k is not None:
+        if not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[..., -1:]  # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None:
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # [..., vocab]
+        probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the tokens ranked above it already reach p.
+        drop_sorted = probs.cumsum(dim=-1) - probs >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None,
+                  max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, generator: torch.Generator | None = None,
+                  use_cache: bool = True, src_mask: Tensor | None = None) -> Tensor:
+    """Translate a batch by sampling each token from softmax(logits / temperature).
+
+    Optionally restricted to the top-k tokens and/or the top-p nucleus (see
+    `filter_logits`). Pass a seeded `torch.Generator` for a reproducible draw.
+    src: [batch, src_len]; returns [batch, 1 + n] ids laid out as `greedy_decode`'s.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (greedy_decode is the limit T -> 0), got {temperature!r}")
+
+    def choose(logits: Tensor) -> Tensor:  # [B, V] -> [B]
+        probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _autoregressive(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask)
+
+
+# %% [markdown]
+# Our translator was trained to be sure of itself: for its first word after `<bos>` it
+# puts almost all the probability on `我`. The figure shows that distribution at three
+# temperatures, and what top-k and top-p keep of the flattest one. Figures write the
+# Chinese words in pinyin (the default matplotlib font has no Chinese characters).
+
+# %%
+PINYIN = {
+    "在": "zài", "吗": "ma", "？": "?", "会": "huì", "过": "guò", "不": "bù", "买": "mǎi",
+    "看见": "kànjiàn", "吃": "chī", "喝": "hē", "你": "nǐ", "读": "dú", "了": "le",
+    "没有": "méiyǒu", "他们": "tāmen", "她": "tā", "本": "běn", "老师": "lǎoshī",
+    "我们": "wǒmen", "他": "tā", "每天": "měitiān", "孩子们": "háizimen", "杯": "bēi",
+    "家": "jiā", "杂志": "zázhì", "书": "shū", "学校": "xuéxiào", "公园": "gōngyuán",
+    "商店": "shāngdiàn", "四": "sì", "两": "liǎng", "想要": "xiǎngyào", "五": "wǔ", "个": "gè",
+    "一": "yī", "三": "sān", "今天": "jīntiān", "我": "wǒ", "大": "dà", "小": "xiǎo",
+    "只": "zhī", "狗": "gǒu", "猫": "māo", "苹果": "píngguǒ", "梨": "lí", "鸟": "niǎo",
+    "马": "mǎ", "橙子": "chéngzi", "香蕉": "xiāngjiāo", "冰": "bīng", "旧": "jiù", "新": "xīn",
+    "热": "rè", "咖啡": "kāfēi", "牛奶": "niúnǎi", "水": "shuǐ", "茶": "chá", "昨天": "zuótiān",
+    "明天": "míngtiān", "下周": "xiàzhōu", "上周": "shàngzhōu", "喜欢": "xǐhuan", "红": "hóng",
+    "白": "bái", "绿": "lǜ", "黑": "hēi", "条": "tiáo", "根": "gēn", "匹": "pǐ", "借": "jiè",
+}
+
+
+def pinyin(ids):
+    return [PINYIN.get(tgt_vocab.itos[i], tgt_vocab.itos[i]) for i in ids]
+
+
+with torch.no_grad():
+    first = model(encode_source(["I love apples"]), torch.tensor([[BOS_ID]]))[0, -1]  # [V]
+shown = first.topk(8).indices  # the 8 most likely first words
+fig, axes = plt.subplots(1, 5, figsize=(15, 3), sharey=True)
+panels = [(f"T = {t}", (first / t).softmax(-1)) for t in (0.5, 1.0, 3.0)]
+panels += [("T = 3, top-k = 3", filter_logits(first / 3.0, top_k=3).softmax(-1)),
+           ("T = 3, top-p = 0.6", filter_logits(first / 3.0, top_p=0.6).softmax(-1))]
+for ax, (title, p) in zip(axes, panels, strict=True):
+    ax.bar(range(8), p[shown])
+    ax.set_xticks(range(8), pinyin(shown.tolist()), rotation=60, fontsize=8)
+    ax.set_title(title, fontsize=10)
+axes[0].set_ylabel("p(first word)")
+plt.tight_layout()
+plt.show()
+for title, p in panels:
+    print(f"{title:>18}: p(wǒ) = {p[shown[0]]:.3f}, words kept = {int((p > 0).sum())}")
+
+# %% [markdown]
+# Five sampled translations of `I love apples` per setting, drawn in one batch. The same
+# seed gives the same draws. Even at $T = 1$ a rare bad word gets drawn now and then
+# (each step is a new chance to go wrong, and the errors compound), which is why
+# translation uses greedy decoding or beam search, and keeps sampling for tasks where
+# variety is the point.
+
+# %%
+five = encode_source(["I love apples"] * 5)  # [5, 5]: five draws in one batch
+for temperature, top_p, seed in [(1.0, None, 0), (1.0, None, 0), (1.0, None, 1), (1.5, 0.9, 0)]:
+    draws = sample_decode(model, five, BOS_ID, EOS_ID, temperature=temperature, top_p=top_p,
+                          generator=torch.Generator().manual_seed(seed))
+    print(f"T={temperature}, top_p={top_p}, seed {seed}:",
+          " | ".join(tgt_vocab.decode(row) for row in draws))
+
+# %% [markdown]
+# ## 5 · Beam search with a length penalty
+#
+# Greedy decoding commits to the best *next* word, but we want the best *sentence*:
+#
+# $$\hat y = \arg\max_y \log P(y \mid x) = \arg\max_y \sum_{t} \log p(y_t \mid y_{<t}, x).$$
+#
+# A word that looks best now can force worse words later. Searching all sentences is
+# impossible ($V^n$ of them), so **beam search** keeps the $K$ best *partial* sentences
+# (hypotheses). At each step it extends each of them by every word, scores the
+# $K \cdot V$ candidates, and keeps the best $K$. With $K = 1$ it is greedy decoding.
+#
+# Summed log-probabilities favour short outputs: every extra word adds a negative term.
+# The paper uses the length penalty of Wu et al. (2016, GNMT) with $\alpha = 0.6$ and
+# ranks hypotheses by
+#
+# $$s(y) = \frac{\log P(y \mid x)}{\mathrm{lp}(y)}, \qquad
+#   \mathrm{lp}(y) = \left(\frac{5 + |y|}{6}\right)^{\alpha},$$
+#
+# where $|y|$ counts the generated tokens, `<eos>` included. A hypothesis that has
+# produced `<eos>` stays in the beam with its score frozen (its only continuation is
+# padding, at cost 0), and competes with the unfinished ones.
+#
+# Beam search is still a heuristic: pruning can throw away the prefix of the greedy
+# sentence, and nothing guarantees that what survives ends better. So our
+# `beam_search` also decodes greedily (cheap with the cache) and returns whichever of
+# the two scores higher. The result is then **never worse than greedy** under $s$, by
+# construction rather than by hope.
+
+# %%
+#| export
+def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
+    """GNMT's length penalty ((5 + |y|) / 6) ** alpha, elementwise for lengths of any shape.
+
+    A hypothesis is ranked by log P(y|x) / length_penalty(|y|); alpha = 0 ranks by
+    log-probability alone, which favours short outputs.
+    """
+    return ((5.0 + length.float()) / 6.0) ** alpha
+
+
+def sequence_scores(model: nn.Module, src: Tensor, tgt: Tensor, alpha: float = 0.6,
+                    src_mask: Tensor | None = None) -> Tensor:
+    """Length-normalised log-probability log P(tgt|src) / length_penalty(|tgt|) of each target.
+
+    src: [batch, src_len]; tgt: [batch, 1 + n] as the decoders return it (`<bos>`
+    first, padding after `<eos>`). One teacher-forced pass. Returns scores [batch].
+    """
+    _check_src(src)
+    with eval_mode(model):
+        if src_mask is None:
+            src_mask = model.make_src_mask(src)
+        logits = model.decode(tgt[:, :-1], model.encode(src, src_mask), src_mask)  # [B, n, V]
+        logp = logits.float().log_softmax(dim=-1).gather(-1, tgt[:, 1:, None]).squeeze(-1)
+        real = tgt[:, 1:] != model.pad_id  # [B, n]: generated tokens, <eos> included
+        total = (logp * real).sum(dim=-1)  # [B]
+    return total / length_penalty(real.sum(dim=-1), alpha)
+
+
+# %% [markdown]
+# The search is batched over sources: source $b$ owns rows $bK, \dots, bK + K - 1$ of
+# every tensor, and the encoder output is computed once per source and then repeated
+# for its $K$ hypotheses. At each step, `topk` over the flattened $K \cdot V$ candidates
+# of each source says which hypothesis (`best // V`) is extended by which token
+# (`best % V`); the token history and the decoder's cache are then *reordered* to follow
+# the surviving hypotheses. The loop stops when every hypothesis has finished, or when
+# no unfinished one can still overtake the best finished one (its log-probability can
+# only fall, and its penalty is at most $\mathrm{lp}$ of the maximal length).
+
+# %%
+#| export
+def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
+                alpha: float = 0.6, max_new_tokens: int | None = None, use_cache: bool = True,
+                keep_greedy: bool = True, src_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Beam search with GNMT's length penalty (the paper: beam_size 4, alpha 0.6).
+
+    src: [batch, src_len]. Keeps, for each source, the `beam_size` best hypotheses
+    under log P / length_penalty; a finished hypothesis stays in the beam with its
+    score frozen. Returns (tokens [batch, 1 + n] laid out as `greedy_decode`'s, scores
+    [batch] from `sequence_scores`). With keep_greedy (default) the greedy translation
+    competes too, so the score is never below greedy decoding's; beam_size=1 is greedy.
+    """
+    _check_src(src)
+    max_new_tokens = _check_length(model, max_new_tokens)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+    batch, k, device = src.size(0), beam_size, src.device
+    with eval_mode(model):
+        if src_mask is None:
+            src_mask = model.make_src_mask(src)
+        memory = model.encode(src, src_mask)  # [B, S, d]: once per source, then ...
+        step = IncrementalDecoder(model, memory.repeat_interleave(k, 0),  # ... [B*k, S, d]
+                                  src_mask.repeat_interleave(k, 0), use_cache)
+        tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+        logp = torch.zeros(batch, k, device=device)  # log P of each hypothesis so far
+        logp[:, 1:] = float("-inf")  # the k start identical: expand only the first
+        length = torch.zeros(batch, k, dtype=torch.long, device=device)
+        done = torch.zeros(batch, k, dtype=torch.bool, device=device)
+        offsets = torch.arange(batch, device=device)[:, None] * k  # [B, 1]
+        max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
+        for _ in range(max_new_tokens):
+            step_logp = step(tokens).float().log_softmax(dim=-1)  # [B*k, V]
+            vocab = step_logp.size(-1)
+            step_logp = step_logp.view(batch, k, vocab)
+            # A finished hypothesis has one continuation, padding, at no cost.
+            frozen = torch.full((vocab,), float("-inf"), device=device)
+            frozen[model.pad_id] = 0.0
+            step_logp = torch.where(done[..., None], frozen, step_logp)
+            cand_logp = logp[..., None] + step_logp  # [B, k, V]
+            cand_len = length + (~done).long()  # [B, k]
+            cand_score = cand_logp / length_penalty(cand_len, alpha)[..., None]
+            best = cand_score.view(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
+            beam, token = best // vocab, best % vocab  # which hypothesis, which next token
+            logp = cand_logp.view(batch, k * vocab).gather(-1, best)
+            length = cand_len.gather(-1, beam)
+            done = done.gather(-1, beam) | (token == eos_id)
+            rows = (offsets + beam).view(-1)  # [B*k]: the surviving hypotheses' rows
+            tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
+            step.reorder(rows)
+            if bool(done.all()):
+                break
+            # Can an unfinished hypothesis still overtake the best finished one?
+            finished = torch.where(done, logp / length_penalty(length, alpha), float("-inf"))
+            ceiling = torch.where(done, float("-inf"), logp / max_lp)
+            if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all()):
+                break
+        final = logp / length_penalty(length, alpha)  # [B, k]
+        result = tokens[offsets.squeeze(1) + final.argmax(dim=-1)]  # [B, 1 + n]
+        scores = sequence_scores(model, src, result, alpha, src_mask)
+        if keep_greedy and k > 1:
+            greedy = greedy_decode(model, src, bos_id, eos_id, max_new_tokens, use_cache, src_mask)
+            greedy_scores = sequence_scores(model, src, greedy, alpha, src_mask)
+            better = greedy_scores > scores  # [B]
+            width = max(result.size(1), greedy.size(1))
+            result = torch.where(better[:, None],
+                                 F.pad(greedy, (0, width - greedy.size(1)), value=model.pad_id),
+                                 F.pad(result, (0, width - result.size(1)), value=model.pad_id))
+            scores = torch.where(better, greedy_scores, scores)
+        used = (result != model.pad_id).any(dim=0).nonzero()  # drop all-padding columns
+        result = result[:, : int(used.max()) + 1]
+    return result, scores
+
+
+# %% [markdown]
+# The length penalty grows slowly with the length; $\alpha$ sets how much a long
+# hypothesis is forgiven:
+
+# %%
+ns = torch.arange(1, 31)
+fig, ax = plt.subplots(figsize=(5, 3))
+for a in (0.0, 0.6, 1.0):
+    ax.plot(ns, length_penalty(ns, a), label=f"alpha = {a}")
+ax.set(xlabel="|y| (tokens generated)", ylabel="lp(y)", title="GNMT length penalty")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# On our translator, beam search and greedy decoding agree on most sentences: the model
+# is confident, so the best next word usually starts the best sentence.
+
+# %%
+sentences = ["I love apples", LONG_SENTENCE, "I ate apples in the park yesterday"]
+src3 = encode_source(sentences)
+greedy3 = greedy_decode(model, src3, BOS_ID, EOS_ID)
+beam3, beam3_scores = beam_search(model, src3, BOS_ID, EOS_ID, beam_size=4, alpha=0.6)
+greedy3_scores = sequence_scores(model, src3, greedy3)
+for i, sentence in enumerate(sentences):
+    print(f"{sentence}\n  greedy: {tgt_vocab.decode(greedy3[i])}  (score {greedy3_scores[i]:.4f})"
+          f"\n  beam 4: {tgt_vocab.decode(beam3[i])}  (score {beam3_scores[i]:.4f})")
+
+# %% [markdown]
+# Where the model hesitates, the search matters. An untrained model knows nothing (we
+# scale its output layer up so that its next-token distributions are peaky, but
+# arbitrary). On 200 random sources, *plain* beam search (`keep_greedy=False`) often
+# finds a better-scoring output than greedy, but not always: pruning sometimes throws
+# away the greedy sentence's prefix for prefixes that end worse. Letting greedy compete
+# removes those losses.
+
+# %%
+torch.manual_seed(1)
+untrained = Transformer(50, 50, d_model=32, num_heads=4, num_encoder_layers=2,
+                        num_decoder_layers=2, d_ff=64)
+with torch.no_grad():
+    untrained.generator.weight.mul_(4.0)  # peaky but arbitrary next-token distributions
+rand_src = torch.randint(4, 50, (200, 8))
+g = greedy_decode(untrained, rand_src, BOS_ID, EOS_ID, max_new_tokens=20)
+g_scores = sequence_scores(untrained, rand_src, g)
+for keep in (False, True):
+    _, b_scores = beam_search(untrained, rand_src, BOS_ID, EOS_ID, beam_size=4,
+                              max_new_tokens=20, keep_greedy=keep)
+    print(f"keep_greedy={keep!s:5}: beam above greedy {int((b_scores > g_scores + 1e-5).sum()):3d}, "
+          f"equal {int(((b_scores - g_scores).abs() <= 1e-5).sum()):3d}, "
+          f"below {int((b_scores < g_scores - 1e-5).sum()):3d}  (of 200)")
+
+# %% [markdown]
+# ## 6 · Where does the decoder look? Cross-attention alignments
+#
+# Each cross-attention row is a probability distribution over the source positions:
+# while the decoder writes a Chinese word, it says how much each English word is read.
+# Averaged over heads, these rows often look like a word alignment, learned without
+# anyone telling the model which words correspond. `cross_attention_weights` records
+# them with forward hooks on the decoder's cross-attention modules, during one
+# teacher-forced pass over a given target.
+
+# %%
+#| export
+def cross_attention_weights(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
+    """Cross-attention weights of every decoder layer while the decoder reads tgt.
+
+    src: [batch, src_len]; tgt: [batch, tgt_len], the decoder input (teacher forcing).
+    Returns [layers, batch, heads, tgt_len, src_len]: row t says where in the source
+    the decoder looked while predicting the token that follows tgt[:, t].
+    """
+    _check_src(src)
+    found: list[Tensor] = []
+    hooks = [layer.cross_attn.register_forward_hook(lambda _m, _i, out: found.append(out[1]))
+             for layer in model.decoder.layers]
+    try:
+        with eval_mode(model):
+            model(src, tgt)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return torch.stack(found)
+
+
+# %% [markdown]
+# We translate, then feed the translation back in (all but its last token) and take the
+# weights of the last decoder layer, averaged over its heads. Row labels are the words
+# being *written*; column labels, the English words being read.
+
+# %%
+def alignment(sentence: str, layer: int = -1):
+    src = encode_source([sentence])  # [1, S]
+    out = greedy_decode(model, src, BOS_ID, EOS_ID)  # [1, 1 + n]
+    weights = cross_attention_weights(model, src, out[:, :-1])  # [L, 1, h, n, S]
+    rows = [tgt_vocab.itos[i] for i in out[0, 1:].tolist()]
+    cols = [src_vocab.itos[i] for i in src[0].tolist()]
+    return weights[layer, 0].mean(dim=0), rows, cols  # [n, S], heads averaged
+
+
+REORDERED = "I ate apples in the park yesterday"
+fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+for ax, sentence in zip(axes, ["I love apples", REORDERED], strict=True):
+    w, rows, cols = alignment(sentence)
+    ax.imshow(w, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), [PINYIN.get(r, r) for r in rows])
+    ax.set_title(sentence, fontsize=10)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# On `I love apples` the alignment is a clean diagonal: `我` reads `I`, `喜欢` reads
+# `love`, `苹果` reads `apples`. The second sentence shows the reordering: Chinese puts
+# the time and place before the verb, and the decoder's attention jumps accordingly:
+# `昨天` (zuótiān) reads `yesterday`, the last English word, and only then comes back
+# to `ate` for `吃 了`. It is not a perfect word alignment: `在` (zài, "at") looks at
+# `park` and `公园` (gōngyuán, "park") at `in`, since the model reads the phrase
+# `in the park` as a unit. Attention is whatever helps predict the next word, which
+# often, but not always, looks like an alignment.
+
+# %%
+for sentence, pairs_to_check in [("I love apples", [("我", "I"), ("喜欢", "love"), ("苹果", "apples")]),
+                                 (REORDERED, [("我", "I"), ("昨天", "yesterday"), ("苹果", "apples")])]:
+    w, rows, cols = alignment(sentence)
+    assert torch.allclose(w.sum(-1), torch.ones(len(rows)))  # each row is a distribution
+    for zh, en in pairs_to_check:
+        looked_at = cols[int(w[rows.index(zh)].argmax())]
+        print(f"{sentence!r}: {zh} reads most {looked_at!r}")
+        assert looked_at == en
+
+# %% [markdown]
+# ## 7 · For package users: `translate` and `python -m transformer translate`
+#
+# A user of the package wants neither vocabularies nor tensors. `Translator` bundles a
+# trained model with its two vocabularies; `load_translator()` loads the one that
+# chapter 09 shipped (or any checkpoint saved by `save_checkpoint`); `translate(text)`
+# does both, and keeps the loaded model for the next call.
+#
+# A word the model never saw would be encoded as `<unk>` and silently mistranslated.
+# That is worse than an error, so the translator refuses such a sentence with an
+# `UnknownWordsError` (a `ValueError`) that names every unknown word.
+
+# %%
+#| export
+from functools import lru_cache
+from pathlib import Path
+
+from transformer.data import BOS_ID, EOS_ID, Vocab, pad_sequences
+from transformer.training import TRANSLATOR_CHECKPOINT, load_checkpoint
+
+
+class UnknownWordsError(ValueError):
+    """A sentence holds words outside the translator's source vocabulary.
+
+    `words` lists them (each once, in order of appearance); the message names them.
+    """
+
+    def __init__(self, words: list[str]):
+        self.words = words
+        super().__init__(
+            f"unknown word{'s' if len(words) > 1 else ''}: {', '.join(map(repr, words))}; "
+            "the translator knows only the words of its toy corpus (chapter 09)"
+        )
+
+
+class Translator:
+    """A trained Transformer with its vocabularies: English text in, Chinese text out.
+
+    translator("I love apples") -> "我 喜欢 苹果"; a list of sentences gives a list
+    (translated as one padded batch [batch, src_len]). Raises UnknownWordsError for
+    words outside the source vocabulary, ValueError for an empty or too long sentence.
+    """
+
+    def __init__(self, model: nn.Module, src_vocab: Vocab, tgt_vocab: Vocab):
+        self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
+
+    def encode(self, sentences: list[str]) -> Tensor:
+        """English sentences -> source ids [batch, src_len], padded; checks every word first."""
+        unknown = list(dict.fromkeys(w for s in sentences for w in self.src_vocab.unknown_words(s)))
+        if unknown:
+            raise UnknownWordsError(unknown)
+        limit = getattr(self.model, "max_len", None)
+        return pad_sequences([self.src_vocab.encode(s, max_len=limit) for s in sentences])
+
+    def __call__(self, text: str | list[str], beam_size: int = 4, alpha: float = 0.6) -> str | list[str]:
+        """Translate one sentence (-> str) or a list of them (-> list[str])."""
+        sentences = [text] if isinstance(text, str) else list(text)
+        src = self.encode(sentences)  # [batch, src_len]
+        max_new = min(2 * src.size(1) + 10, getattr(self.model, "max_len", 512) - 1)
+        if beam_size == 1:
+            out = greedy_decode(self.model, src, BOS_ID, EOS_ID, max_new_tokens=max_new)
+        else:
+            out, _ = beam_search(self.model, src, BOS_ID, EOS_ID, beam_size, alpha, max_new)
+        result = [self.tgt_vocab.decode(row) for row in out]
+        return result[0] if isinstance(text, str) else result
+
+
+def load_translator(path: str | Path | None = None) -> Translator:
+    """Load a translator from a checkpoint written by chapter 09's `save_checkpoint`.
+
+    path: default None, the translator shipped with the package
+    (transformer/checkpoints/translator.pt). Loads with torch.load(weights_only=True).
+    """
+    checkpoint = load_checkpoint(TRANSLATOR_CHECKPOINT if path is None else path)
+    return Translator(checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab)
+
+
+@lru_cache(maxsize=1)
+def _shipped_translator() -> Translator:
+    return load_translator()
+
+
+def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
+    """Translate English into Chinese with the shipped translator (loaded once, then reused).
+
+    translate("I love apples") -> "我 喜欢 苹果". Beam search (beam_size=4, the paper's;
+    1 for greedy). Raises UnknownWordsError naming any word outside the vocabulary.
+    """
+    return _shipped_translator()(text, beam_size=beam_size)
+
+
+# %%
+print(translate("I love apples"))
+print(translate(["I love apples", REORDERED, "do you eat apples?"]))
+try:
+    translate("I love pineapples and mangoes")
+except UnknownWordsError as err:
+    print("UnknownWordsError:", err)
+
+# %% [markdown]
+# The command line is the module `transformer/__main__.py`, which `python -m transformer`
+# runs. It prints one translation per sentence. A sentence with unknown words gets a
+# message on standard error and the exit status 2, not a traceback. (In a notebook,
+# `__name__` is also `"__main__"`, so the last line checks `__package__` as well: it is
+# `"transformer"` only under `python -m transformer`.)
+
+# %%
+#| export __main__
+import argparse
+import sys
+
+from transformer.generation import load_translator  # noqa: F811 (the same function as above)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m transformer translate "I love apples"`: print each sentence's translation.
+
+    argv: the arguments (default: sys.argv[1:]). Returns the exit status: 0 if every
+    sentence was translated; 2 if one could not be (unknown words, an empty or too long
+    sentence: the message names the problem on stderr); 1 if the checkpoint is missing.
+    """
+    parser = argparse.ArgumentParser(prog="python -m transformer",
+                                     description="The toy English -> Chinese translator of the book.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = commands.add_parser("translate", help="translate English sentences into Chinese")
+    command.add_argument("sentences", nargs="+", help="English sentences, each one argument")
+    command.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4)")
+    command.add_argument("--checkpoint", default=None, help="a checkpoint from chapter 09's save_checkpoint")
+    args = parser.parse_args(argv)
+    if args.beam < 1:
+        parser.error(f"--beam must be a positive integer, got {args.beam}")
+    try:
+        translator = load_translator(args.checkpoint)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    status = 0
+    for sentence in args.sentences:
+        try:
+            print(translator(sentence, beam_size=args.beam))
+        except ValueError as err:  # UnknownWordsError is one
+            print(f"error: cannot translate {sentence!r}: {err}", file=sys.stderr)
+            status = 2
+    return status
+
+
+if __name__ == "__main__" and __package__ == "transformer":
+    sys.exit(main())
+
+# %% [markdown]
+# In the notebook we call `main` directly with the arguments a shell would pass; the
+# cell after runs the real command in a subprocess.
+
+# %%
+print("exit status:", main(["translate", "I love apples"]))
+print("exit status:", main(["translate", "I love durians"]))
+
+# %%
+import subprocess
+import sys
+
+result = subprocess.run([sys.executable, "-m", "transformer", "translate", "I love apples"],
+                        capture_output=True, text=True, check=False)
+print("stdout:", result.stdout.strip(), "| exit status:", result.returncode)
+result = subprocess.run([sys.executable, "-m", "transformer", "translate", "I love durians"],
+                        capture_output=True, text=True, check=False)
+print("stderr:", result.stderr.strip(), "| exit status:", result.returncode)
+
+# %% [markdown]
+# ## 8 · Shape trace of the running example
+#
+# `<bos> I love apples <eos>` through `beam_search` with the paper's settings, $K = 4$:
+#
+# | step | tensor | shape |
+# |---|---|---|
+# | encode | `src` | `[1, 5]` |
+# | | `memory` | `[1, 5, d_model]`, computed once |
+# | | `memory`, `src_mask` repeated for the beam | `[4, 5, d_model]`, `[4, 1, 1, 5]` |
+# | step $t$ | `tokens` (the prefixes) | `[4, t]` |
+# | | new token into the decoder | `[4, 1]` |
+# | | self-attention cache per layer, `k` and `v` | `[4, heads, t, d_head]` |
+# | | cross-attention cache per layer, `k` and `v` | `[4, heads, 5, d_head]`, filled at step 1 |
+# | | logits $\to$ log-probabilities | `[4, V]` $\to$ `[1, 4, V]` |
+# | | candidates, flattened | `[1, 4V]` $\to$ `topk` $\to$ `[1, 4]` |
+# | result | `tokens`, `scores` | `[1, 5]` (`<bos> 我 喜欢 苹果 <eos>`), `[1]` |
+#
+# The next cell prints the same trace from the real objects.
+
+# %%
+K = 4
+src = encode_source(["I love apples"])
+with eval_mode(model):
+    memory = model.encode(src)
+    step = IncrementalDecoder(model, memory.repeat_interleave(K, 0),
+                              model.make_src_mask(src).repeat_interleave(K, 0))
+    tokens = torch.full((K, 1), BOS_ID)
+    logits = step(tokens)
+print("src", tuple(src.shape), "memory", tuple(memory.shape), "beam memory", tuple(step.memory.shape))
+print("step 1: tokens", tuple(tokens.shape), "logits", tuple(logits.shape),
+      "self k", tuple(step.caches[0]["self"]["k"].shape), "cross k", tuple(step.caches[0]["cross"]["k"].shape))
+tokens, scores = beam_search(model, src, BOS_ID, EOS_ID, beam_size=K)
+print("result", tuple(tokens.shape), [tgt_vocab.itos[i] for i in tokens[0].tolist()],
+      "score", tuple(scores.shape), f"{scores.item():.4f}")
+
+# %% [markdown]
+# ## 9 · Checks
+#
+# The invariants of this chapter, on the 200 held-out test sentences and on random
+# models of other shapes (Pre-LN, more layers) so that they are not an accident of one
+# trained model.
+
+# %%
+# 1. Greedy with the cache is token-identical to greedy without it (above, and here on
+#    random models with padding in the sources).
+for seed, norm_first in [(1, False), (2, True)]:
+    torch.manual_seed(seed)
+    rand = Transformer(30, 30, d_model=32, num_heads=4, num_encoder_layers=2,
+                       num_decoder_layers=3, d_ff=64, norm_first=norm_first)
+    rand_src = torch.randint(4, 30, (8, 7))
+    rand_src[::2, 5:] = PAD_ID
+    assert torch.equal(greedy_decode(rand, rand_src, BOS_ID, EOS_ID, 20, use_cache=True),
+                       greedy_decode(rand, rand_src, BOS_ID, EOS_ID, 20, use_cache=False))
+assert torch.equal(plain, cached)
+assert torch.equal(beam_search(model, test_src[:50], BOS_ID, EOS_ID, use_cache=False)[0],
+                   beam_search(model, test_src[:50], BOS_ID, EOS_ID, use_cache=True)[0])
+draws = [sample_decode(model, test_src[:50], BOS_ID, EOS_ID, temperature=2.0, use_cache=use_cache,
+                       generator=torch.Generator().manual_seed(3)) for use_cache in (False, True)]
+assert torch.equal(*draws)
+
+# 2. The mode is restored, whichever it was.
+for mode in (True, False):
+    model.train(mode)
+    greedy_decode(model, test_src[:4], BOS_ID, EOS_ID)
+    beam_search(model, test_src[:4], BOS_ID, EOS_ID)
+    sample_decode(model, test_src[:4], BOS_ID, EOS_ID)
+    assert all(m.training == mode for m in model.modules())
+model.eval()
+
+# 3. Each row stops at its own <eos>: exactly one <eos>, then only padding.
+for row in cached:
+    ends = (row == EOS_ID).nonzero()
+    assert len(ends) == 1 and bool((row[int(ends[0]) + 1:] == PAD_ID).all())
+assert len({int((row != PAD_ID).sum()) for row in cached}) > 1  # rows of different lengths
+
+# 4. Beam 1 is greedy; beam 4 never scores below greedy.
+beam1, _ = beam_search(model, test_src, BOS_ID, EOS_ID, beam_size=1)
+assert torch.equal(beam1, cached)
+beam4, beam_scores = beam_search(model, test_src, BOS_ID, EOS_ID, beam_size=4)
+greedy_scores = sequence_scores(model, test_src, cached)
+assert bool((beam_scores >= greedy_scores - 1e-5).all())
+
+# 5. Sampling is reproducible from a seeded generator, and top-k=1 is greedy.
+draw = [sample_decode(model, test_src[:20], BOS_ID, EOS_ID, temperature=1.5,
+                      generator=torch.Generator().manual_seed(7)) for _ in range(2)]
+assert torch.equal(draw[0], draw[1])
+assert torch.equal(sample_decode(model, test_src, BOS_ID, EOS_ID, top_k=1), cached)
+print("all checks passed")
+
+# %% [markdown]
+# ## 10 · What we can do now, and what is still missing
+#
+# We can now translate: the model of chapter 09 writes Chinese for English sentences it
+# never saw, greedily, by sampling, or with beam search; a KV cache makes each new token
+# cost one position of decoder work; and anyone can call `translate("I love apples")` or
+# `python -m transformer translate "I love apples"`.
+#
+# What this book leaves out, and where to look next:
+#
+# - **Subword vocabularies** (BPE, WordPiece, SentencePiece): our word-level vocabulary
+#   cannot translate a word it never saw; real systems split rare words into pieces.
+# - **Batching by length** and stopping finished rows early: our batch keeps feeding
+#   padding to rows that are done, and pads every source to the longest.
+# - **Faster attention kernels** (`torch.nn.functional.scaled_dot_product_attention`,
+#   FlashAttention) and **cache layouts** that do not copy on every step (preallocated
+#   or paged caches, as in vLLM).
+# - **Speculative decoding**, **multi-query / grouped-query attention** (smaller
+#   caches), and quantisation: the tools that make large models fast.
+
+# %% [markdown]
+# ## Exercises
+#
+# ### Exercise 1 · Top-k by hand
+# Write `top_k_only(logits, k)`: return a copy of `logits` ([..., vocab]) in which every
+# entry that is not among the k largest of its row is `-inf`. Use `torch.topk`. The
+# check compares your function with `filter_logits(logits, top_k=k)` on random logits,
+# and checks that every row keeps exactly k finite entries.
+
+# %%
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    ### BEGIN SOLUTION
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+    ### END SOLUTION
+
+
+# %%
+#| check ex1-top-k
+_g = torch.Generator().manual_seed(0)
+_logits = torch.randn(6, 50, generator=_g)
+for _k in (1, 3, 50):
+    _mine = top_k_only(_logits, _k)
+    assert torch.equal(_mine, filter_logits(_logits, top_k=_k))
+    assert bool((torch.isfinite(_mine).sum(-1) == _k).all())
+print("ex1 passed")
+
+# %% [markdown]
+# ### Exercise 2 · A repetition penalty
+# Samplers often discourage tokens that were already generated (Keskar et al. 2019,
+# CTRL): for every token id that occurs in `generated` ([batch, t]), its logit is divided
+# by `penalty` if positive and multiplied by `penalty` if negative (so it always
+# decreases for penalty > 1). Write `repetition_penalty(logits, generated, penalty)`
+# for logits [batch, vocab]; return a new tensor, leave the input unchanged. The check
+# uses a small hand-computed example.
+
+# %%
+def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, V], generated [B, t] ids -> penalised logits [B, V]."""
+    ### BEGIN SOLUTION
+    seen = torch.zeros_like(logits, dtype=torch.bool).scatter(1, generated, True)
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+    ### END SOLUTION
+
+
+# %%
+#| check ex2-repetition
+_logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [1.0, 1.0, -2.0, 0.0]])
+_before = _logits.clone()
+_out = repetition_penalty(_logits, torch.tensor([[0, 1, 1], [2, 2, 2]]), 2.0)
+assert torch.equal(_out, torch.tensor([[1.0, -2.0, 0.5, 3.0], [1.0, 1.0, -4.0, 0.0]])), _out
+assert torch.equal(_logits, _before), "the input must not change"
+print("ex2 passed")
+
+# %% [markdown]
+# ### Exercise 3 · How big is a KV cache?
+# Write `kv_cache_bytes(num_layers, batch, length, d_model, bytes_per_value=4)`: the
+# memory of the decoder's *self-attention* cache after `length` positions (keys and
+# values, every layer, every head; heads split `d_model`, so their number does not
+# matter). The check compares it with the tensors in a real `IncrementalDecoder`'s
+# caches, and with the paper's base model: 6 layers, d_model 512, float32, a batch of
+# 32 sentences of 128 tokens.
+
+# %%
+def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
+                   bytes_per_value: int = 4) -> int:
+    """Bytes held by the self-attention keys and values of every decoder layer."""
+    ### BEGIN SOLUTION
+    return 2 * num_layers * batch * length * d_model * bytes_per_value
+    ### END SOLUTION
+
+
+# %%
+#| check ex3-cache-bytes
+_src = encode_source(["I love apples", "we did not eat bananas yesterday"])
+with eval_mode(model):
+    _step = IncrementalDecoder(model, model.encode(_src), model.make_src_mask(_src))
+    _tokens = torch.full((2, 1), BOS_ID)
+    for _ in range(6):
+        _tokens = torch.cat([_tokens, _step(_tokens).argmax(-1, keepdim=True)], dim=1)
+_real = sum(t.numel() * t.element_size() for c in _step.caches for t in c["self"].values())
+assert kv_cache_bytes(len(model.decoder.layers), 2, 6, model.generator.in_features) == _real
+assert kv_cache_bytes(6, 32, 128, 512) == 100_663_296  # 96 MiB
+print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Beam bookkeeping
+# One step of beam search for one source: `scores` [K, V] holds the score of extending
+# hypothesis k by token v. Write `best_extensions(scores, k)` returning two LongTensors
+# [k], `beams` and `tokens`, for the k best (beam, token) pairs in decreasing order of
+# score. The check tests a hand-made case and a random one against a brute-force sort.
+
+# %%
+def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores [K, V] -> (beams [k], tokens [k]) of the k best entries, best first."""
+    ### BEGIN SOLUTION
+    best = scores.flatten().topk(k).indices
+    return best // scores.size(1), best % scores.size(1)
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-beam-step
+_b, _t = best_extensions(torch.tensor([[0.1, 0.9, 0.0], [0.8, 0.2, 0.95]]), 3)
+assert _b.tolist() == [1, 0, 1] and _t.tolist() == [2, 1, 0], (_b, _t)
+_scores = torch.randn(4, 30, generator=torch.Generator().manual_seed(1))
+_b, _t = best_extensions(_scores, 4)
+_expected = sorted(((float(_scores[i, j]), i, j) for i in range(4) for j in range(30)), reverse=True)[:4]
+assert [(i, j) for _, i, j in _expected] == list(zip(_b.tolist(), _t.tolist(), strict=True))
+print("ex4 passed")
+
+# %% [markdown]
+# ## Summary
+#
+# - A Transformer trained with teacher forcing scores the next token; **autoregressive
+#   decoding** turns it into a generator: choose a token, append it, repeat until `<eos>`.
+# - **Greedy** takes the argmax. Our `greedy_decode` runs a batch, lets each row end at
+#   its own `<eos>` (then pads it), and restores every module's train/eval mode
+#   (seed 003's loop left the model in training mode).
+# - **Sampling** draws from $\operatorname{softmax}(z / T)$, optionally restricted to the
+#   top-k tokens or the top-p nucleus; a seeded `torch.Generator` makes it reproducible.
+# - **Beam search** keeps the $K$ best hypotheses under
+#   $\log P(y \mid x) / \mathrm{lp}(y)$ with $\mathrm{lp}(y) = ((5 + |y|)/6)^\alpha$
+#   (paper: $K = 4$, $\alpha = 0.6$). Beam 1 is greedy; letting the greedy translation
+#   compete makes the result never score below it.
+# - A **KV cache** keeps each decoder layer's self-attention keys and values (earlier
+#   positions never change under the causal mask) and computes the cross-attention keys
+#   and values once per source: $n$ instead of $n(n+1)/2$ position-passes, the same tokens.
+# - **Cross-attention** weights show which source words each output word read, including
+#   the reordering of time and place phrases.
+# - `translate("I love apples")` and `python -m transformer translate "I love apples"`
+#   give `我 喜欢 苹果`, and name the unknown words of a sentence they cannot translate.
