@@ -125,7 +125,7 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
     history: dict[str, list[float]] = {"step": [], "loss": [], "lr": [], "valid_step": [],
                                        "valid_loss": [], "seconds": []}
     start, step = time.perf_counter(), 0
-    bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, mininterval=2.0, unit="step")
+    bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, mininterval=10.0, unit="step")
     model.train()
     for epoch in range(epochs):
         for src, tgt in make_batches(train_pairs, src_vocab, tgt_vocab, batch_size,
