@@ -639,7 +639,9 @@ plt.show()
 # %% [markdown]
 # At short lengths the linear parts (projections, FFN) dominate and the curves run
 # parallel to $n$; from a few hundred tokens on, the attention matrix takes over and
-# both time and memory bend towards $n^2$. This is why sentence-level translation is
+# both time and memory bend towards $n^2$. (The last step of the time curve is often
+# even steeper than $n^2$: at $n = 1024$ the four $n \times n$ matrices, 16 MB, no
+# longer fit in the processor's cache.) This is why sentence-level translation is
 # cheap and why long documents need other tricks (memory-efficient attention kernels
 # that never store the matrix, sparse or linear attention).
 #
