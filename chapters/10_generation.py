@@ -959,7 +959,7 @@ class Translator:
     """
 
     def __init__(self, model: nn.Module, src_vocab: Vocab, tgt_vocab: Vocab):
-        self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
+        self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
 
     def encode(self, sentences: list[str]) -> Tensor:
         """English sentences -> source ids [batch, src_len], padded; checks every word first."""
