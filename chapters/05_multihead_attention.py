@@ -220,6 +220,16 @@ def _check_attention_inputs(
 # weights. As in `torch.nn.MultiheadAttention`, the module's `dropout` is applied to the
 # attention weights, and only in training mode.
 #
+# **One matrix multiply instead of three.** In self-attention `query`, `key` and `value`
+# are the same tensor $X$, and $[XW^Q \; XW^K \; XW^V] = X\,[W^Q \; W^K \; W^V]$: stacking
+# the three weights into one `[3·d_model, d_model]` matrix (this is exactly
+# `torch.nn.MultiheadAttention`'s `in_proj_weight`) gives the same numbers from one bigger
+# multiply, which the hardware runs faster than three small ones, forward and backward.
+# `project` does that whenever the three inputs are one tensor. We keep the four
+# `nn.Linear` layers as the parameters, so that the names stay readable and the weights
+# copy one-to-one, and stack them on the fly (a copy of $3d^2$ numbers, small next to the
+# multiply itself).
+#
 # Two optional arguments, `cache` and `static_kv`, are used by chapter 10 for fast
 # generation (the *KV cache*). In short: when the decoder produces one token at a time,
 # the keys and values of the earlier tokens do not change, so we keep them in a dict and
@@ -233,6 +243,16 @@ import torch
 from torch import nn
 
 from transformer.attention import scaled_dot_product_attention
+
+
+def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
+    """x [..., d_in] through several Linear layers at once -> their outputs side by side.
+
+    Same math as torch.cat([layer(x) for layer in layers], -1), in one matrix multiply.
+    """
+    weight = torch.cat([layer.weight for layer in layers])  # [sum of d_out, d_in]
+    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+    return nn.functional.linear(x, weight, bias)
 
 
 class MultiHeadAttention(nn.Module):
@@ -276,6 +296,19 @@ class MultiHeadAttention(nn.Module):
         # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V projections, each [B, T, d_model], with as few matrix multiplies as possible.
+
+        Self-attention (query is key is value): ONE multiply by the three weights stacked,
+        [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight). Otherwise three, one
+        per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
+        that chapter 10 can count the key projections with a forward hook on k_proj).
+        """
+        if query is key and key is value:
+            qkv = _fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))  # [B, T, 3·d_model]
+            return qkv.chunk(3, dim=-1)  # three views, no copy
+        return self.q_proj(query), self.k_proj(key), self.v_proj(value)
+
     def forward(
         self,
         query: Tensor,
@@ -297,12 +330,11 @@ class MultiHeadAttention(nn.Module):
         reuse = cache is not None and static_kv and "k" in cache
         _check_attention_inputs(self.d_model, query, None if reuse else key,
                                 None if reuse else value)
-        q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
         if reuse:
+            q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
         else:
-            k = self.split_heads(self.k_proj(key))  # [B, h, Tk, d_head]
-            v = self.split_heads(self.v_proj(value))  # [B, h, Tk, d_head]
+            q, k, v = map(self.split_heads, self.project(query, key, value))  # [B, h, T, d_head]
             if cache is not None and not static_kv and "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # earlier steps first
                 v = torch.cat([cache["v"], v], dim=2)

@@ -89,6 +89,36 @@ def test_gradients_equal_torch():
     )
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_self_attention_projection_equals_three_separate(dtype, bias):
+    """One tensor for query, key and value takes the one-GEMM path; equal copies take three."""
+    torch.manual_seed(5)
+    mha = MultiHeadAttention(24, 4, bias=bias).to(dtype)
+    x = torch.randn(3, 7, 24, dtype=dtype)
+    mask = causal_mask(7) & padding_mask(torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5]))
+    calls = []
+    hooks = [p.register_forward_hook(lambda *a, n=n: calls.append(n))
+             for n, p in (("q", mha.q_proj), ("k", mha.k_proj), ("v", mha.v_proj))]
+    x1 = x.clone().requires_grad_()
+    fused, fused_w = mha(x1, x1, x1, mask)
+    assert calls == []  # fused: none of the three nn.Linear modules was called
+    fused.square().sum().backward()
+    fused_grads = [p.grad.clone() for p in mha.parameters()]
+    mha.zero_grad()
+    x2 = x.clone().requires_grad_()
+    separate, separate_w = mha(x2, x2.clone(), x2.clone(), mask)  # same values, other tensors
+    assert calls == ["q", "k", "v"]  # separate: three projections
+    separate.square().sum().backward()
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(fused, separate, **TOL[dtype])
+    torch.testing.assert_close(fused_w, separate_w, **TOL[dtype])
+    torch.testing.assert_close(x1.grad, x2.grad, **TOL[dtype])
+    for g_fused, p in zip(fused_grads, mha.parameters(), strict=True):
+        torch.testing.assert_close(g_fused, p.grad, **TOL[dtype])
+
+
 def test_causal_mask_no_future_leak_and_weights():
     torch.manual_seed(1)
     mha = MultiHeadAttention(12, 3).eval()
