@@ -494,18 +494,24 @@ assert n_params(per_head) == n_params(fused)
 # Same function, same parameters. The difference is speed: the per-head version launches
 # $3h$ small matrix multiplies and $h$ attention calls from a Python loop, the fused one
 # three large multiplies and one batched attention call. Timed on a forward and backward
-# pass (batch 8, length 32, `d_model = 256`, 16 heads), best of a few runs. The gap grows
-# with the number of heads, since the loop's overhead is paid per head:
+# pass (batch 8, length 32, `d_model = 256`, 16 heads), best of a few runs, in CPU
+# seconds on one thread (a measure of work that a busy machine does not distort). The gap
+# grows with the number of heads, since the loop's overhead is paid per head:
 
 # %%
 def best_time(fn, repeats: int = 7) -> float:
-    """Fastest of `repeats` runs of fn(), in seconds (the minimum is the least noisy)."""
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+    """Fastest of `repeats` runs of fn(), in CPU seconds on one thread (least noisy)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fn()  # warm-up
+        times = []
+        for _ in range(repeats):
+            start = time.process_time()
+            fn()
+            times.append(time.process_time() - start)
+    finally:
+        torch.set_num_threads(threads)
     return min(times)
 
 

@@ -39,6 +39,9 @@ import torch.nn.functional as F
 from transformer import Transformer, count_parameters
 
 _ = torch.manual_seed(0)
+# One thread: a model this small gains little from a second one, a busy machine makes
+# threads wait for each other, and the trained weights then depend on nothing but the seed.
+torch.set_num_threads(1)
 
 # %% [markdown]
 # ## 1 · The pressure: a model that has learned nothing
@@ -1003,9 +1006,9 @@ def evaluate_translation(model: Transformer, pairs: list[tuple[str, str]], src_v
 # (`transformer/checkpoints/translator.pt`) only when the environment variable
 # `TRANSFORMER_SAVE_CHECKPOINT=1` is set, and otherwise saves to a temporary file, so
 # that running the book never silently overwrites a tracked file. To rewrite the shipped
-# checkpoint, run `TRANSFORMER_SAVE_CHECKPOINT=1 make execute NB=chapters/09_training.py`.
-# Training is deterministic for a given number of threads (`OMP_NUM_THREADS`): the same
-# machine retrains the same weights.
+# checkpoint, run `make checkpoint` (which sets the variable and runs this chapter).
+# Training is deterministic for a given number of threads, and this chapter uses one
+# (`torch.set_num_threads(1)` at the top), so a rerun retrains the same weights.
 
 # %%
 MODEL_CONFIG = dict(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=64,
