@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(report(results, f"{args.notebook} (graded against {chapter.rel})"))
             return 0 if all(r.passed for r in results) else 1
-        failures = 0
+        proven, failures = 0, 0
         for chapter in selected(args.chapters):
             problems = verify(chapter)
             status = "ok" if not problems else "PROBLEMS"
@@ -241,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
             for problem in problems:
                 print(f"  - {problem}")
             failures += bool(problems)
+            proven += 0 if problems else len(chapter.checks)
+        print(f"exercise checks (pass on the solution, fail on the stub): "
+              f"{proven} passed, {failures} failed")
         return 1 if failures else 0
     except BookError as err:
         print(f"exercises: {err}", file=sys.stderr)
