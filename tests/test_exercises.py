@@ -61,12 +61,52 @@ def test_every_chapter_student_copy_holds_no_solution_text():
             assert cell.outputs == [] and cell.execution_count is None
 
 
-def test_solutions_pass_and_stubs_fail(chapter):
+# Two wrong answers per exercise, as tests/near_misses/NN_name.py records them.
+NEAR_MISSES = {
+    "ex1-add": {"subtracts": "def add(a, b):\n    return a - b",
+                "multiplies": "def add(a, b):\n    return a * b"},
+    "ex2-square": {"doubles": "def square(x):\n    return 2 * x",
+                   "cubes": "def square(x):\n    return x ** 3"},
+    "ex3-answer": {"off by one": "answer = 41", "a string": "answer = '42'"},
+}
+
+
+def test_solutions_pass_and_stubs_and_near_misses_fail(chapter):
     assert exercises.structure_problems(chapter) == []
     solved = exercises.grade(chapter.notebook, chapter)
     assert [(r.name, r.passed) for r in solved] == [
         ("ex1-add", True), ("ex2-square", True), ("ex3-answer", True)]
-    assert exercises.verify(chapter) == []
+    assert exercises.verify(chapter, answers=NEAR_MISSES) == []
+
+
+def test_verify_flags_a_near_miss_that_the_check_lets_through(chapter):
+    answers = {**NEAR_MISSES, "ex2-square": {**NEAR_MISSES["ex2-square"],
+                                             "abs-square": "def square(x):\n    return abs(x) * x"}}
+    assert exercises.verify(chapter, answers=answers) == [
+        'check `ex2-square` passes on near-miss "abs-square": it cannot tell that answer '
+        "from the solution"]
+
+
+def test_a_wrong_answer_cannot_pass_on_what_the_solution_left_behind(chapter):
+    # The stub of `answer = 42` raises before assigning: unless verify forgets the
+    # solution's `answer` first, the check would still see 42 and pass.
+    answers = {**NEAR_MISSES, "ex3-answer": {"assigns nothing": "pass", "off by one": "answer = 41"}}
+    problems = exercises.verify(chapter, answers=answers)
+    assert problems == [], problems
+
+
+def test_verify_wants_two_near_misses_per_check_and_known_names(chapter):
+    answers = {"ex1-add": NEAR_MISSES["ex1-add"], "ex2-square": {"doubles": "def square(x):\n    return 2 * x"},
+               "ex9-nothing": {"a": "x = 1"}}
+    problems = exercises.verify(chapter, answers=answers)
+    assert any("names `ex9-nothing`, which is no check" in p for p in problems), problems
+    assert any("`ex2-square` has 1 near-miss" in p for p in problems), problems
+    assert any("`ex3-answer` has 0 near-miss" in p for p in problems), problems
+
+
+def test_defined_names_covers_defs_imports_and_assignments():
+    source = "import torch.nn as nn\nfrom math import pi\ndef f():\n    y = 1\nclass C: pass\na, (b, c) = 1, (2, 3)\nfor i in range(2):\n    z = i"
+    assert exercises.defined_names(source) == ["C", "a", "b", "c", "f", "i", "nn", "pi", "z"]
 
 
 def test_grading_reports_each_exercise_and_does_not_stop_at_the_first_failure(chapter):
@@ -94,9 +134,13 @@ def test_verify_flags_a_check_that_cannot_fail(tmp_path):
                          [SOLVED_1, "#| check ex1-add\nassert True", SOLVED_2, CHECK_2,
                           SOLVED_3, CHECK_3])
     nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
-    problems = exercises.verify(read_chapter(path))
-    assert problems == ["check `ex1-add` passes on the student stub: it cannot tell a "
-                        "solution from no solution"]
+    problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
+    assert problems == ["check `ex1-add` passes on the student stub: it cannot tell that "
+                        "answer from the solution",
+                        'check `ex1-add` passes on near-miss "subtracts": it cannot tell that '
+                        "answer from the solution",
+                        'check `ex1-add` passes on near-miss "multiplies": it cannot tell that '
+                        "answer from the solution"]
 
 
 def test_structure_rules(tmp_path):

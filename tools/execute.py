@@ -28,14 +28,19 @@ from notebooks import CHAPTERS, ROOT  # noqa: E402
 KERNEL = "transformer-book"
 
 
-def execute_notebook(notebook: nbformat.NotebookNode, *, allow_errors: bool = False,
-                     timeout: int = 900) -> nbformat.NotebookNode:
-    """Execute in a fresh kernel, in chapters/, and return the executed notebook."""
-    client = NotebookClient(
+def notebook_client(notebook: nbformat.NotebookNode, *, allow_errors: bool = False,
+                    timeout: int = 900) -> NotebookClient:
+    """A client that runs `notebook` in a fresh kernel with chapters/ as working directory."""
+    return NotebookClient(
         notebook, timeout=timeout, kernel_name=KERNEL, allow_errors=allow_errors,
         resources={"metadata": {"path": str(CHAPTERS)}},
     )
-    client.execute()
+
+
+def execute_notebook(notebook: nbformat.NotebookNode, *, allow_errors: bool = False,
+                     timeout: int = 900) -> nbformat.NotebookNode:
+    """Execute in a fresh kernel, in chapters/, and return the executed notebook."""
+    notebook_client(notebook, allow_errors=allow_errors, timeout=timeout).execute()
     return notebook
 
 

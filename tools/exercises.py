@@ -7,10 +7,11 @@
         run a student's notebook in a fresh kernel with the chapter's own checks
         (so that an edited check cannot pass) and report passed/failed per exercise;
         exit 0 only if every exercise passed
-    python tools/exercises.py verify [CHAPTER ...]
+    python tools/exercises.py verify [CHAPTER ...] [-v]
         for each chapter: at least three exercises, each followed by its check; every
-        check passed in the committed (nbval-verified) notebook; and every check fails
-        when the student copy is run
+        check passed in the committed (nbval-verified) notebook; and, in one fresh run
+        of the chapter, every check passes on the solution and fails on the student
+        stub and on each recorded near-miss answer (tests/near_misses/NN_name.py)
 
 An exercise is a code cell with a `### BEGIN SOLUTION` ... `### END SOLUTION`
 region, followed by a code cell whose first line is `#| check NAME`.
@@ -19,10 +20,13 @@ region, followed by a code cell whose first line is `#| check NAME`.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import json
 import re
+import runpy
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +34,7 @@ import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from execute import execute_notebook  # noqa: E402
+from execute import execute_notebook, notebook_client  # noqa: E402
 from notebooks import (  # noqa: E402
     CHAPTERS,
     ROOT,
@@ -43,7 +47,9 @@ from notebooks import (  # noqa: E402
 )
 
 MIN_EXERCISES = 3
+MIN_NEAR_MISSES = 2
 STUB = "raise NotImplementedError"
+NEAR_MISSES = ROOT / "tests" / "near_misses"
 
 
 @dataclass
@@ -174,15 +180,114 @@ def structure_problems(chapter: Chapter) -> list[str]:
     return problems
 
 
-def verify(chapter: Chapter) -> list[str]:
-    """All problems with a chapter's exercises; empty when they are sound."""
+def near_misses(chapter: Chapter) -> dict[str, dict[str, str]]:
+    """{check name: {what the mistake is: solution cell source}} from tests/near_misses/."""
+    path = NEAR_MISSES / f"{chapter.name}.py"
+    if not path.exists():
+        return {}
+    answers = runpy.run_path(str(path)).get("NEAR_MISSES")
+    if not isinstance(answers, dict) or not all(
+            isinstance(name, str) and isinstance(by_label, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in by_label.items())
+            for name, by_label in answers.items()):
+        raise BookError(f"{path.relative_to(ROOT)}: NEAR_MISSES must map each check name to "
+                        "{description: solution cell source}")
+    return {name: {label: textwrap.dedent(source).strip("\n") for label, source in by_label.items()}
+            for name, by_label in answers.items()}
+
+
+def defined_names(source: str) -> list[str]:
+    """Top-level names a cell binds (def, class, import, assignment targets)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            for child in ast.walk(node):
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                    names.add(child.id)
+                elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(child.name)
+    return sorted(names)
+
+
+def verify(chapter: Chapter, verbose: bool = False,
+           answers: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """All problems with a chapter's exercises; empty when they are sound.
+
+    One fresh run of the chapter. After each check has passed on the solution, the
+    solution cell is replaced in turn by the student stub and by each recorded
+    near-miss answer (the names the solution defines are deleted first, so that a
+    wrong answer cannot pass on what the solution left behind) and the check must
+    fail on each; then the solution runs again and its check must pass again.
+    """
     problems = structure_problems(chapter)
     if problems:
         return problems
-    for result in grade(student_copy(chapter.notebook), chapter):
-        if result.passed:
-            problems.append(f"check `{result.name}` passes on the student stub: it cannot "
-                            "tell a solution from no solution")
+    answers = near_misses(chapter) if answers is None else answers
+    names = [name for name, _ in chapter.checks]
+    for unknown in sorted(set(answers) - set(names)):
+        problems.append(f"{NEAR_MISSES.name}/{chapter.name}.py names `{unknown}`, "
+                        f"which is no check of this chapter (checks: {', '.join(names)})")
+    for name in names:
+        if len(answers.get(name, {})) < MIN_NEAR_MISSES:
+            problems.append(f"check `{name}` has {len(answers.get(name, {}))} near-miss answers in "
+                            f"tests/near_misses/{chapter.name}.py; each exercise needs "
+                            f"{MIN_NEAR_MISSES} (mistakes students really make)")
+    notebook = copy.deepcopy(chapter.notebook)
+    solution_before = {}  # check cell index -> its solution cell index
+    last_solution = None
+    for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "code" and solution_regions(cell.source):
+            last_solution = index
+        elif check_name(cell):
+            solution_before[index] = last_solution
+    cells = list(enumerate(notebook.cells))
+    notebook.cells.append(nbformat.v4.new_code_cell())  # scratch cell for the wrong answers
+    client = notebook_client(notebook, allow_errors=True)
+
+    def run(source: str) -> str | None:
+        """Execute source in the chapter's kernel; its error, or None."""
+        cell = nbformat.v4.new_code_cell(source)
+        client.execute_cell(cell, len(notebook.cells) - 1, store_history=False)
+        return error_of(cell)
+
+    client.reset_execution_trackers()
+    with client.setup_kernel():
+        for index, cell in cells:
+            if cell.cell_type != "code":
+                continue
+            client.execute_cell(cell, index)
+            if index not in solution_before:
+                continue
+            name, check = check_name(cell), cell.source
+            solution = notebook.cells[solution_before[index]].source
+            if (error := error_of(cell)) is not None:
+                problems.append(f"check `{name}` fails on the solution: {error}")
+                continue
+            variants = [("the student stub", strip_solutions(solution))]
+            variants += [(f"near-miss \"{label}\"", source)
+                         for label, source in answers.get(name, {}).items()]
+            forget = "".join(f"globals().pop({n!r}, None)\n" for n in defined_names(solution))
+            for label, source in variants:
+                run(forget)
+                run(source)
+                error = run(check)
+                if error is None:
+                    problems.append(f"check `{name}` passes on {label}: it cannot tell that "
+                                    "answer from the solution")
+                elif verbose:
+                    print(f"  {name}: fails on {label}: {error.splitlines()[0][:160]}")
+            run(forget)
+            if (error := run(solution) or run(check)) is not None:
+                problems.append(f"check `{name}` fails on the solution after the wrong answers "
+                                f"ran (state not restored?): {error}")
     return problems
 
 
@@ -214,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     grader.add_argument("--json", action="store_true", help="print results as JSON")
     verifier = commands.add_parser("verify", help="prove every check can fail")
     verifier.add_argument("chapters", nargs="*", type=Path)
+    verifier.add_argument("-v", "--verbose", action="store_true",
+                          help="print each wrong answer's failure message")
     args = parser.parse_args(argv)
 
     try:
@@ -235,15 +342,19 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if all(r.passed for r in results) else 1
         proven, failures = 0, 0
         for chapter in selected(args.chapters):
-            problems = verify(chapter)
+            if args.verbose:
+                print(f"{chapter.rel}:", flush=True)
+            problems = verify(chapter, verbose=args.verbose)
             status = "ok" if not problems else "PROBLEMS"
-            print(f"{chapter.rel}: {len(chapter.checks)} checks, {status}", flush=True)
+            answers = sum(len(v) for v in near_misses(chapter).values())
+            print(f"{chapter.rel}: {len(chapter.checks)} checks, {answers} near-miss answers, "
+                  f"{status}", flush=True)
             for problem in problems:
                 print(f"  - {problem}")
             failures += bool(problems)
             proven += 0 if problems else 1
-        print(f"chapters whose checks pass on the solution and fail on the stub: "
-              f"{proven} passed, {failures} failed")
+        print(f"chapters whose checks pass on the solution and fail on the stub and on "
+              f"every near-miss answer: {proven} passed, {failures} failed")
         return 1 if failures else 0
     except BookError as err:
         print(f"exercises: {err}", file=sys.stderr)
