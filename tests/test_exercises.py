@@ -143,6 +143,15 @@ def test_verify_flags_a_check_that_cannot_fail(tmp_path):
                         "answer from the solution"]
 
 
+def test_a_check_that_writes_to_stderr_is_flagged_since_nbgrader_fails_it(tmp_path):
+    noisy = "#| check ex1-add\nimport sys\nprint('careful', file=sys.stderr)\nassert add(2, 3) == 5"
+    path = write_chapter(tmp_path / "04_noisy.ipynb", [SOLVED_1, noisy, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3])
+    nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
+    assert exercises.structure_problems(read_chapter(path)) == [
+        "check `ex1-add` writes to stderr on the solution ('careful'), which nbgrader grades as "
+        "a failure: silence it or move it out of the check"]
+
+
 def test_structure_rules(tmp_path):
     path = write_chapter(tmp_path / "03_bad.ipynb", [SOLVED_1, SOLVED_2, CHECK_2])
     problems = exercises.structure_problems(read_chapter(path))
@@ -209,8 +218,19 @@ def test_points_syntax_is_strict():
 
 
 def test_every_chapter_is_stamped_for_nbgrader():
-    problems = [p for chapter in read_book() for p in exercises.stamp_problems(chapter)]
+    chapters = read_book()
+    problems = [p for chapter in chapters for p in exercises.stamp_problems(chapter)]
+    problems += exercises.table_problems(chapters)  # the teacher's page lists every exercise
     assert problems == [], "\n".join(problems)
+
+
+def test_the_teachers_table_lists_each_exercise_with_its_points(tmp_path):
+    from toy_chapter import toy_chapter
+
+    table = exercises.exercise_table([toy_chapter(tmp_path)])
+    assert "| {doc}`01 · Toy </chapters/01_toy>` (4 points) | ex1-double | `ex1-double` | 1 |" in table
+    assert "|  | ex2-half | `ex2-half` | 2 |" in table
+    assert table.endswith("| **1 chapters** | **3 exercises** | | **4** |")
 
 
 def test_the_python3_kernel_runs_this_environments_python():
@@ -299,18 +319,20 @@ def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
 
     toy = toy_chapter(tmp_path)
     student = exercises.student_copy(toy.notebook, toy.name)
-    answers = {"ex1-double": "def double(x):\n    return 2 * x\ntorch = None",
+    answers = {  # what torch does to itself (a rewrapped manual_seed, a cache) is no cheat
+               "ex1-double": "def double(x):\n    return 2 * x\n"
+                             "import copy\nimport torch._dynamo\n_ = copy.deepcopy(torch.zeros(2))",
                "ex2-half": "def half(v):\n    return v\nabs = lambda x: 0\n"
                            "import types\nmath = types.SimpleNamespace(isclose=lambda *a: True)",
-               "ex3-norm": "def norm(v):\n    return torch.linalg.vector_norm(v)"}
+               "ex3-norm": "def norm(v):\n    return torch.linalg.vector_norm(v)\ntorch = None"}
     for cell in student.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
         if grade_id.endswith("-solution"):
             cell.source = answers[grade_id.removesuffix("-solution")]
     results = {r.name: r for r in exercises.grade(student, toy)}
-    assert "rebinds `torch`" in results["ex1-double"].detail
+    assert results["ex1-double"].passed, results["ex1-double"]
     assert "rebinds `abs`" in results["ex2-half"].detail and "rebinds `math`" in results["ex2-half"].detail
-    assert not results["ex3-norm"].passed  # torch is still None for it
+    assert "rebinds `torch`" in results["ex3-norm"].detail
 
 
 # --- the gradebook (make grade) ------------------------------------------------------------

@@ -181,6 +181,14 @@ def error_of(cell: nbformat.NotebookNode) -> str | None:
     return None
 
 
+def stderr_of(cell: nbformat.NotebookNode) -> str | None:
+    """The first line a cell wrote to stderr, or None (nbgrader fails a check that does)."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            return (output.get("text", "").strip().splitlines() or [""])[0][:200]
+    return None
+
+
 def in_student_terms(error: str) -> str:
     """A check's error, said for a gradebook: one line, a stub said as 'not attempted'."""
     if error.startswith("NotImplementedError"):
@@ -291,6 +299,69 @@ def stamp_problems(chapter: Chapter) -> list[str]:
     return problems
 
 
+TEACHERS_PAGE = ROOT / "book" / "teachers.md"
+TABLE_BEGIN = "<!-- exercise table: written by `make stamp` from the chapters' checks; do not edit -->"
+TABLE_END = "<!-- end of the exercise table -->"
+EXERCISE_HEADING = re.compile(r"^#{2,4}\s*Exercise\s*(\d+)\s*[·.:-]?\s*(.*)$")
+
+
+def exercises_of(chapter: Chapter) -> list[tuple[str, str, float]]:
+    """(title, check name, points) per exercise; the title from its `### Exercise N · ...`."""
+    found, heading = [], None
+    for cell in chapter.notebook.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if (match := EXERCISE_HEADING.match(line.strip())) is not None:
+                    heading = f"{match.group(1)} · {match.group(2).strip()}".strip(" ·")
+        elif (name := check_name(cell)) is not None:
+            found.append((heading or name, name, chapter.points.get(name, 1)))
+            heading = None
+    return found
+
+
+def exercise_table(chapters: list[Chapter]) -> str:
+    """The teacher's page table: every exercise of every chapter with its points."""
+    lines = ["| Chapter | Exercise | Check (nbgrader `grade_id`) | Points |",
+             "|---|---|---|---|"]
+    total = 0.0
+    for chapter in chapters:
+        rows = exercises_of(chapter)
+        points = sum(p for _, _, p in rows)
+        total += points
+        for i, (title, name, p) in enumerate(rows):
+            short = chapter.title.split(":")[0]
+            where = (f"{{doc}}`{chapter.number:02d} · {short} </chapters/{chapter.name}>` "
+                     f"({points:g} points)" if i == 0 else "")
+            lines.append(f"| {where} | {title} | `{name}` | {p:g} |")
+    count = sum(len(chapter.checks) for chapter in chapters)
+    lines.append(f"| **{len(chapters)} chapters** | **{count} exercises** | | **{total:g}** |")
+    return "\n".join(lines)
+
+
+def page_with_table(text: str, chapters: list[Chapter]) -> str:
+    """The teacher's page with its exercise table brought up to date."""
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        raise BookError(f"{TEACHERS_PAGE.relative_to(ROOT)} lost its exercise-table markers "
+                        f"({TABLE_BEGIN!r} ... {TABLE_END!r})")
+    head, rest = text.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_BEGIN}\n{exercise_table(chapters)}\n{TABLE_END}{tail}"
+
+
+def table_problems(chapters: list[Chapter]) -> list[str]:
+    if not TEACHERS_PAGE.exists():
+        return [f"{TEACHERS_PAGE.relative_to(ROOT)} is missing (the teacher's page)"]
+    text = TEACHERS_PAGE.read_text()
+    try:
+        wanted = page_with_table(text, chapters)
+    except BookError as err:
+        return [str(err)]
+    if wanted != text:
+        return [f"{TEACHERS_PAGE.relative_to(ROOT)}: the table of exercises and points differs "
+                "from the chapters' checks: run `make stamp`"]
+    return []
+
+
 def stamp_chapter(chapter: Chapter) -> list[str]:
     """Stamp one chapter on disk (and its .py pair's kernelspec); return the changes."""
     from pairs import pair_text
@@ -346,6 +417,9 @@ def structure_problems(chapter: Chapter) -> list[str]:
             problems.append(f"check `{name}` was not executed in the committed notebook")
         elif (error := error_of(cell)) is not None:
             problems.append(f"check `{name}` fails on the solution: {error}")
+        elif (line := stderr_of(cell)) is not None:
+            problems.append(f"check `{name}` writes to stderr on the solution ({line!r}), which "
+                            "nbgrader grades as a failure: silence it or move it out of the check")
     return problems
 
 
@@ -443,6 +517,9 @@ def verify(chapter: Chapter, verbose: bool = False,
             if (error := error_of(cell)) is not None:
                 problems.append(f"check `{name}` fails on the solution: {error}")
                 continue
+            if (line := stderr_of(cell)) is not None:
+                problems.append(f"check `{name}` writes to stderr on the solution under grading "
+                                f"({line!r}), which nbgrader grades as a failure")
             variants = [("the student stub", strip_solutions(solution))]
             variants += [(f"near-miss \"{label}\"", source)
                          for label, source in answers.get(name, {}).items()]
@@ -547,6 +624,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if all(r.passed for r in results) else 1
         if args.command == "stamp":
             problems = []
+            if not args.chapters:  # the whole book: the teacher's page table too
+                if args.check:
+                    problems += table_problems(read_book())
+                elif TEACHERS_PAGE.exists():
+                    text = TEACHERS_PAGE.read_text()
+                    wanted = page_with_table(text, read_book())
+                    if wanted != text:
+                        TEACHERS_PAGE.write_text(wanted)
+                        print(f"{TEACHERS_PAGE.relative_to(ROOT)}: exercise table updated")
             for chapter in selected(args.chapters):
                 if args.check:
                     problems += stamp_problems(chapter)
