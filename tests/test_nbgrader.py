@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -39,7 +38,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book  # noqa: E402
+from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book, recorded_seconds  # noqa: E402
 from toy_chapter import CHEATS, toy_chapter  # noqa: E402
 
 pytestmark = pytest.mark.nbgrader
@@ -59,18 +58,6 @@ def nbgrader(course: Path, *args: str, timeout: int = 3600) -> str:
                          capture_output=True, text=True, timeout=timeout)
     assert run.returncode == 0, f"nbgrader {' '.join(args)} failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     return run.stdout + run.stderr
-
-
-def recorded_seconds(chapter) -> float:
-    """How long the chapter's committed run took, from nbclient's timing metadata."""
-    total = 0.0
-    for cell in chapter.notebook.cells:
-        timing = cell.metadata.get("execution", {})
-        if "iopub.status.busy" in timing and "iopub.status.idle" in timing:
-            busy, idle = (datetime.fromisoformat(timing[k].rstrip("Z"))
-                          for k in ("iopub.status.busy", "iopub.status.idle"))
-            total += (idle - busy).total_seconds()
-    return total or 10.0
 
 
 def shards(chapters, count: int):

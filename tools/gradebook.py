@@ -37,7 +37,14 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebooks import ROOT, BookError, Chapter, read_book, read_chapter  # noqa: E402
+from notebooks import (  # noqa: E402
+    ROOT,
+    BookError,
+    Chapter,
+    read_book,
+    read_chapter,
+    recorded_seconds,
+)
 
 EXERCISES = Path(__file__).resolve().parent / "exercises.py"
 TITLE = re.compile(r"^#\s+(\d+)\s*·")
@@ -228,25 +235,31 @@ def main(args: argparse.Namespace) -> int:
     print(f"grading {len(notebooks)} notebooks, {jobs} at a time "
           f"({threads} thread{'s' if threads > 1 else ''} each)", flush=True)
 
-    def one(item: tuple[Path, Path | None]) -> tuple[dict, str]:
-        path, root = item
-        chapter = explicit
+    # Recognise every notebook first (cheap), then start the longest chapters first,
+    # so that a chapter 09 (minutes of training) does not start last and run alone.
+    jobs_list = []
+    for path, root in notebooks:
+        chapter, why = explicit, ""
         if chapter is None:
             try:
                 chapter, why = recognise(nbformat.read(path, as_version=4), book)
             except Exception as err:  # noqa: BLE001 - reported as a row
                 chapter, why = None, f"not a readable notebook: {type(err).__name__}: {err}"
-            if chapter is None:
-                return {"file": str(path), "chapter": None, "results": [], "error": why}, \
-                    student_of(path, root, None)
-        outcome = run_worker(path, chapter, args.timeout, threads)
-        return outcome, student_of(path, root, chapter.name)
+        jobs_list.append((path, root, chapter, why))
+    jobs_list.sort(key=lambda job: -recorded_seconds(job[2]) if job[2] else 0)
+
+    def one(job) -> tuple[dict, str]:
+        path, root, chapter, why = job
+        if chapter is None:
+            return ({"file": str(path), "chapter": None, "results": [], "error": why},
+                    student_of(path, root, None))
+        return run_worker(path, chapter, args.timeout, threads), student_of(path, root, chapter.name)
 
     start = time.perf_counter()
     rows: list[dict] = []
     ungraded = 0
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(one, item): item for item in notebooks}
+        futures = [pool.submit(one, job) for job in jobs_list]
         for future in as_completed(futures):
             outcome, student = future.result()
             new = rows_of(outcome, student, by_name)

@@ -100,6 +100,21 @@ class Chapter:
         return seen
 
 
+def recorded_seconds(chapter: Chapter) -> float:
+    """How long the chapter's committed run took, from nbclient's per-cell timing
+    metadata (a guide for scheduling; 10 s when the notebook records none)."""
+    from datetime import datetime
+
+    total = 0.0
+    for cell in chapter.notebook.cells:
+        timing = cell.metadata.get("execution", {})
+        if "iopub.status.busy" in timing and "iopub.status.idle" in timing:
+            busy, idle = (datetime.fromisoformat(timing[key].rstrip("Z"))
+                          for key in ("iopub.status.busy", "iopub.status.idle"))
+            total += (idle - busy).total_seconds()
+    return total or 10.0
+
+
 def directive(line: str) -> tuple[str, str] | None:
     """('export', 'data') for '#| export data'; None if the line is no directive."""
     match = DIRECTIVE.match(line.strip())
