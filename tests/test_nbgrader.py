@@ -146,19 +146,29 @@ def test_nbgrader_releases_autogrades_and_exports_every_chapter(tmp_path):
 # --- the grading guard inside nbgrader ------------------------------------------------
 
 def cheating_submission(released, chapter, student):
-    """A toy submission: the solution, or a wrong answer with a library patch."""
-    notebook = submission(released, chapter, "solved" if student == "solved" else "untouched")
+    """A toy submission: the solution, a wrong answer with a library patch, or the
+    solution with check ex2-half (2 points) deleted or stripped of its nbgrader
+    metadata and rewritten to `print('passed')` under a wrong answer."""
+    notebook = submission(released, chapter, "solved" if student != "untouched" else student)
     for cell in notebook.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if student in CHEATS and cell.metadata.get("nbgrader", {}).get("solution"):
+        if student in CHEATS and grade_id.endswith("-solution"):
             cell.source = CHEATS[student][grade_id.removesuffix("-solution")]
+        elif student == "stripped_metadata" and grade_id == "ex2-half":
+            del cell.metadata["nbgrader"]
+            cell.source = "print('passed')"
+        elif student == "stripped_metadata" and grade_id == "ex2-half-solution":
+            cell.source = "def half(v):\n    return v"
+    if student == "deleted_check":
+        notebook.cells = [c for c in notebook.cells
+                          if c.metadata.get("nbgrader", {}).get("grade_id") != "ex2-half"]
     return notebook
 
 
-def test_nbgrader_is_not_fooled_by_a_patched_torch(tmp_path):
+def test_nbgrader_is_not_fooled_by_a_patched_torch_or_a_removed_check(tmp_path):
     chapter = toy_chapter(tmp_path / "toy")
-    students = ("solved", *CHEATS)
-    scores = run_course(tmp_path / "course", [chapter], students=students,
+    expected = {"solved": 4.0, "patch_before": 0.0, "patch_during": 0.0,
+                "deleted_check": 2.0, "stripped_metadata": 2.0}
+    scores = run_course(tmp_path / "course", [chapter], students=tuple(expected),
                         make_submission=cheating_submission)
-    assert scores == {("01_toy", "solved"): (4.0, 4.0), ("01_toy", "patch_before"): (0.0, 4.0),
-                      ("01_toy", "patch_during"): (0.0, 4.0)}, scores
+    assert scores == {("01_toy", s): (points, 4.0) for s, points in expected.items()}, scores
