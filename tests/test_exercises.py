@@ -415,3 +415,31 @@ def test_self_check_reports_each_exercise_without_the_hidden_tests(tmp_path, cap
     assert "passed  ex3-norm" in out and "1 of 3 exercises passed (1 of 4 points)" in out
     graded = {r.name: r.passed for r in exercises.grade(copy, toy)}  # the teacher's grading
     assert graded["ex3-norm"] is False
+
+
+def test_jupytext_sync_keeps_nbgrader_metadata_and_stamp_covers_new_cells(tmp_path):
+    """The .py pairs carry no nbgrader metadata (cell_metadata_filter = "tags,-all"), so a
+    chapter edited in its .py gets it back from the .ipynb: jupytext keeps the metadata of
+    the cells it matches; a new cell has none until `make sync` / `make execute` stamps it."""
+    import shutil
+    import subprocess
+
+    from notebooks import stamp_notebook
+
+    for name in ("04_causal_mask.ipynb", "04_causal_mask.py"):
+        shutil.copy(ROOT / "chapters" / name, tmp_path / name)
+    shutil.copy(ROOT / "jupytext.toml", tmp_path / "jupytext.toml")
+    script = tmp_path / "04_causal_mask.py"
+    assert "nbgrader" not in script.read_text()
+    text = script.read_text().replace("#| check ex1-causal\n", "#| check ex1-causal points=3\n")
+    script.write_text(text.replace("# %% [markdown]\n# ## Exercises", "# %%\nnew_cell = 1\n\n"
+                                   "# %% [markdown]\n# ## Exercises", 1))
+    subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--sync", str(script)],
+                   check=True, cwd=tmp_path)
+    synced = nbformat.read(tmp_path / "04_causal_mask.ipynb", as_version=4)
+    unstamped = [c.source for c in synced.cells if c.cell_type == "code" and "nbgrader" not in c.metadata]
+    assert unstamped == ["new_cell = 1"]
+    changes = stamp_notebook(synced)
+    assert len(changes) == 2, changes  # the new cell, and ex1-causal with its new points
+    check = next(c for c in synced.cells if exercises.check_name(c) == "ex1-causal")
+    assert check.metadata["nbgrader"]["points"] == 3
