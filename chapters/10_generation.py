@@ -78,7 +78,8 @@ def encode_source(sentences: list[str]) -> torch.Tensor:
 # bit (chapter 09 shows why), and its model scores a little differently. Every translation
 # in this chapter comes from the shipped file. It records the scores it had when it was
 # trained; we measure them again on the same 1,500 test sentences of chapter 09's split
-# (greedy decoding, exact match and BLEU), and look at the sentences it gets wrong.
+# (exact match and BLEU, with chapter 09's minimal greedy loop `evaluate_translation`;
+# this chapter builds the real decoders), and look at the sentences it gets wrong.
 
 # %%
 import sacrebleu
