@@ -84,9 +84,10 @@ for t, c in enumerate(changes()):
 # %% [markdown]
 # Every position moves, so every position has read `苹果` at position 3. For position 2
 # that is the very word it must predict; for positions 0 and 1 it is a word from further
-# in their future. A model trained this way learns to copy the answer from the input, and at generation time, when `苹果` does
-# not exist yet, it has nothing to copy. Training and generation must see the same
-# thing: **position $t$ may read positions $0..t$ and nothing later.**
+# in their future. A model trained this way learns to copy the answer from the input,
+# and at generation time, when `苹果` does not exist yet, it has nothing to copy.
+# Training and generation must see the same thing: **position $t$ may read positions
+# $0..t$ and nothing later.**
 
 # %% [markdown]
 # ## 2 · The idea: block some scores before the softmax
@@ -210,9 +211,9 @@ print("positions 0-2 moved by exactly 0.0:", moved[:3] == [0.0, 0.0, 0.0])
 assert moved[:3] == [0.0, 0.0, 0.0] and moved[3] > 0  # only the edited position itself moves
 
 # %% [markdown]
-# Now only position 3, whose input we edited, moves. The others moved by exactly zero, not
-# by something small that rounds to 0.0000 (the comparison above is `==`): masked keys get
-# weight exactly 0.
+# Now only position 3, whose input we edited, moves. The others moved by exactly zero,
+# not by something small that rounds to 0.0000 (the comparison above is `==`): masked
+# keys get weight exactly 0.
 
 # %% [markdown]
 # ## 4 · Padding, and combining masks by broadcasting
@@ -329,9 +330,10 @@ assert gap < 1e-6 and same_as_pytorch
 assert torch.equal(additive == 0, both.expand_as(additive))  # and back: bool = (additive == 0)
 
 # %% [markdown]
-# So why does this book take booleans? Because a float mask is ambiguous. A 0/1 float
-# mask ("1 = keep") and a 0/$-\infty$ additive mask ("0 = keep") are both float, and they
-# mean **opposite** things at 0. Our function therefore refuses a float mask instead of
+# So why does this book take booleans? Because a float mask is ambiguous. A 0/1 mask
+# ("1 = keep", like the `attention_mask` that Hugging Face tokenizers return) and a
+# 0/$-\infty$ additive mask ("0 = keep") are both numbers, and they mean **opposite**
+# things at 0. Our function therefore refuses a float mask instead of
 # guessing, and says how to convert:
 
 # %%
@@ -534,9 +536,10 @@ plt.show()
 #
 # Masks are where silent bugs hide, so the package raises an error that names the
 # argument and the expected shape or dtype wherever it can. The most dangerous mistake is
-# one that no check can catch: the padding mask without its two singleton axes: `[B, Tk]` against scores `[B, Tq, Tk]` broadcasts
-# as `[1, B, Tk]`, which *happens to work* when $B = T_q$ and is then silently wrong. That
-# is why `padding_mask` returns `[B, 1, 1, Tk]`. Here is the silent case, with three
+# one that no shape check can catch: the padding mask without its two singleton axes.
+# `[B, Tk]` against scores `[B, Tq, Tk]` broadcasts as `[1, B, Tk]`, which *happens to
+# work* when $B = T_q$ and is then silently wrong. That is why `padding_mask` returns
+# `[B, 1, 1, Tk]`. Here is the silent case, with three
 # sentences of three tokens (the sizes coincide on purpose: $B = T_q = 3$):
 
 # %%
@@ -587,9 +590,9 @@ for name, call in bad_calls.items():
 #
 # **Still missing:** a single head computes a single notion of "relevant". In
 # `<bos> I love apples <eos>`, `love` needs to look at its subject `I` and at its object
-# `apples` at the same time. Chapter 05
-# runs several heads in parallel, each with its own $W_Q, W_K, W_V$; the masks of this
-# chapter already carry the `heads` axis (size 1) that lets them broadcast over all heads.
+# `apples` at the same time. Chapter 05 runs several heads in parallel, each with its own
+# $W_Q, W_K, W_V$; the masks of this chapter already carry the `heads` axis (size 1) that
+# lets them broadcast over all heads.
 
 # %% [markdown]
 # ## Exercises

@@ -238,10 +238,9 @@ def _check_attention_inputs(
 # multiply instead of three. The arithmetic is the same; what is saved is two calls and
 # two passes over $X$, forward and backward. `project` does that whenever the three inputs
 # are one tensor (`tests/test_multihead.py` checks that outputs and gradients match the
-# three separate projections). We keep the four
-# `nn.Linear` layers as the parameters, so that the names stay readable and the weights
-# copy one-to-one, and stack them on the fly (a copy of $3d^2$ numbers, small next to the
-# multiply itself).
+# three separate projections). We keep the four `nn.Linear` layers as the parameters, so
+# that the names stay readable and the weights copy one-to-one, and stack them on the fly
+# (a copy of $3d^2$ numbers, small next to the multiply itself).
 #
 # Two optional arguments, `cache` and `static_kv`, are used by chapter 10 for fast
 # generation (the *KV cache*). In short: when the decoder produces one token at a time,
@@ -454,8 +453,8 @@ assert all(n_params(MultiHeadAttention(512, hh)) == 4 * (512 * 512 + 512) == sin
 # %% [markdown]
 # ### Two ways to build it: a list of heads, or one fused projection
 #
-# The formula suggests a direct translation: keep a list of
-# $h$ small `Linear(d_model, d_k)` layers for each of Q, K, V, run attention once per head,
+# The formula suggests a direct translation: keep a list of $h$ small
+# `Linear(d_model, d_k)` layers for each of Q, K, V, run attention once per head,
 # concatenate. Here it is as a teaching version (not exported), using chapter 03's
 # attention for each head:
 
@@ -510,12 +509,12 @@ assert n_params(per_head) == n_params(fused)
 # Same function, same parameters. What differs is speed: the per-head version launches
 # $3h$ small matrix multiplies and $h$ attention calls from a Python loop; the fused
 # version makes one multiply for Q, K and V together and one batched attention call
-# (plus, in both, the output projection). Timed on a forward and
-# backward pass (batch 8, length 32, `d_model = 256`, with 2 and with 16 heads), best of 7
-# runs, in CPU time on one thread (process time counts the work this program does, so
-# other programs on a busy machine distort it far less than a wall clock would). With 2
-# heads the two take about the same time; the gap grows with the number of heads, since
-# the loop's overhead is paid per head:
+# (plus, in both, the output projection). Timed on a forward and backward pass (batch 8,
+# length 32, `d_model = 256`, with 2 and with 16 heads), best of 7 runs, in CPU time on
+# one thread (process time counts the work this program does, so other programs on a busy
+# machine distort it far less than a wall clock would). With 2 heads the two take about
+# the same time; the gap grows with the number of heads, since the loop's overhead is
+# paid per head:
 
 # %%
 def best_time(fn, repeats: int = 7) -> float:
@@ -574,11 +573,11 @@ assert torch.allclose(out[:, :-1], out2[:, :-1]) and not torch.allclose(out[:, -
 print("rows sum to 1, masked weights are 0, no future leak")
 
 # %% [markdown]
-# **Padding in cross-attention.** A batch of two sources, the second padded (id 0) after
-# three tokens: chapter 04's `padding_mask` gives `[B, 1, 1, S]`, which broadcasts over
-# heads and target positions. A source that is entirely padding (a degenerate case that
-# must not poison a batch) gives zero output from the attention, never NaN; what remains
-# is the output projection's bias.
+# **Padding in cross-attention.** A batch of three sources: the first with no padding,
+# the second padded (id 0) after three tokens, the third entirely padding (a degenerate
+# case that must not poison a batch). Chapter 04's `padding_mask` gives `[B, 1, 1, S]`,
+# which broadcasts over heads and target positions. The all-padding source gives zero
+# output from the attention, never NaN; what remains is the output projection's bias.
 
 # %%
 src_ids = torch.tensor([[1, 5, 6, 7, 2], [1, 5, 2, 0, 0], [0, 0, 0, 0, 0]])  # [3, 5]
@@ -860,7 +859,8 @@ for _head in (0, 1, 3):
 #   width $d_\text{model}$ plus $W^O$: $4(d_\text{model}^2 + d_\text{model})$.
 # * In code the $h$ projections are one `Linear`; heads are feature slices, cut out with
 #   `view` + `transpose` (`[B, T, d] → [B, h, T, d/h]`) and glued back with
-#   `transpose` + `reshape`. The fused form equals the per-head list and is faster.
+#   `transpose` + `reshape`. The fused form equals the per-head list, and is faster once
+#   there are more than a few heads.
 # * Self- and cross-attention differ only in where key and value come from; the output
 #   has the query's length.
 # * `MultiHeadAttention` reuses chapter 03's attention (masks: True = may attend; empty

@@ -22,7 +22,7 @@
 # gather what it needs from the others. This chapter adds the second half of every
 # Transformer layer: a small two-layer network that then **processes** what each position
 # has gathered, at each position separately. It is the simplest module of the model and,
-# as we will count, the one that holds the largest share of its parameters.
+# as we will count, the one that holds the largest share of each layer's parameters.
 
 # %%
 #| default_exp feedforward
@@ -106,9 +106,8 @@ assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
 # $$
 #
 # with $d_\text{ff} = 4\,d_\text{model}$ (2048 for $d_\text{model} = 512$; Vaswani et al.
-# 2017, *Attention Is All You Need*, section 3.3): widen, apply the
-# nonlinearity, narrow back, so that the output can be added to the input in the residual
-# path of chapter 07. The two halves have a clean reading: attention decides **where** a
+# 2017, *Attention Is All You Need*, section 3.3): widen, apply the nonlinearity, narrow
+# back, so that the output can be added to the input in the residual path of chapter 07. The two halves have a clean reading: attention decides **where** a
 # position reads from; the FFN decides **what to make** of what was read.
 #
 # * **Activation.** The paper uses ReLU; BERT (Devlin et al. 2019) and GPT (Radford et al.
