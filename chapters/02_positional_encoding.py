@@ -223,6 +223,19 @@ class PositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # [max_len, d_model]
 
+    def reset_buffers(self, device: torch.device | str | None = None) -> None:
+        """Compute the table `pe` [max_len, d_model] again, on `device` (default: where it is).
+
+        A module built on the meta device has a table of shapes without values, and
+        `to_empty` or `load_state_dict(..., assign=True)` cannot fill it, because it is not
+        in the state_dict. Chapter 08's models call this after loading their weights.
+
+        Args:
+            device: where the table goes; None keeps its current device.
+        """
+        device = self.pe.device if device is None else device
+        self.pe = sinusoidal_encoding(self.max_len, self.d_model).to(device=device, dtype=self.pe.dtype)
+
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x [batch, seq, d_model] -> dropout(x + PE[start : start+seq]), [batch, seq, d_model]."""
         if not isinstance(x, Tensor):
@@ -370,6 +383,23 @@ except RuntimeError as err:
     print("persistent: ", str(err).splitlines()[1].strip())
 PositionalEncoding(D, max_len=128).load_state_dict(positional.state_dict())  # fine
 print("non-persistent: a max_len=64 state_dict loads into a max_len=128 module")
+
+# %% [markdown]
+# The price of not saving the table is that whoever restores a module must compute it
+# again. Usually the constructor does. But a large model is often built on PyTorch's `meta`
+# device (shapes only, no memory, no random initialisation) and then given real storage by
+# `to_empty()` and its values by `load_state_dict()`: the parameters come back from the
+# checkpoint, the table has nowhere to come from, and `to_empty()` leaves it holding
+# whatever was in memory. `reset_buffers()` computes it again; chapter 08's model calls it
+# by itself after every `load_state_dict()`.
+
+# %%
+with torch.device("meta"):
+    restored = PositionalEncoding(D, max_len=64)  # shapes only
+restored.to_empty(device="cpu")  # real memory, arbitrary contents
+restored.reset_buffers()
+print("table after to_empty + reset_buffers equals the original:", torch.equal(restored.pe, positional.pe))
+assert torch.equal(restored.pe, positional.pe)
 
 # %% [markdown]
 # **Dropout comes after the addition.** In training mode a dropped entry is zero in the
