@@ -1,7 +1,12 @@
 # Every workflow is one target; each installs what it needs into .venv first.
 # Start here: `make book` (run every chapter, write _build/) and `make test`.
 
-PYTHON ?= python3
+# Python 3.11 to 3.13 (what the pinned set installs and is tested with). Without
+# PYTHON=..., the first supported interpreter found is used: python3, then python3.13,
+# python3.12, python3.11 on PATH, then pyenv's versions (tools/find_python.sh).
+ifndef PYTHON
+PYTHON := $(shell sh tools/find_python.sh)
+endif
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -29,7 +34,11 @@ help:
 # mode, and the Jupyter kernel that the notebooks name.
 install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.11-3.13 found (python3, python3.13," \
+		"python3.12, python3.11, pyenv). Install one, or pass it: make PYTHON=/path/to/python3.12 ..." >&2; exit 1; }
+	@sh tools/find_python.sh --check $(PYTHON)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@sh tools/find_python.sh --check $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
