@@ -1,0 +1,383 @@
+"""Build the book's website from executed chapter notebooks (Sphinx + MyST-NB).
+
+    python tools/website.py [--notebooks DIR] [--clean]
+
+DIR holds executed NN_name.ipynb files (default: the committed chapters/, whose
+outputs are stored; `make book` passes the copies it has just executed). Nothing
+is executed here and no notebook in DIR is changed.
+
+The Sphinx source tree is assembled in _build/site-src/ from:
+- book/: the hand-written pages (landing page, sources, glossary, teachers) and
+  conf.py, the site's configuration;
+- each chapter, prepared for reading (`reading_copy`): directive lines removed
+  and marked quietly, each exercise shown as the student's stub with the
+  solution folded under it, and a note linking the chapter to its API pages;
+- generated pages: the chapter map of the landing page, one API page per module
+  and the API index, all derived from chapters/ and the package, so that a new
+  chapter appears on the site without editing any configuration.
+
+Files are rewritten only when their content changes, so that Sphinx rebuilds only
+what changed. The site is written to _build/html/ (open _build/html/index.html);
+the download button of a chapter offers the notebook as executed (with its
+directives), not the reading copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from exercises import strip_solutions  # noqa: E402
+from export import public_names  # noqa: E402
+from notebooks import (  # noqa: E402
+    BEGIN_SOLUTION,
+    CHAPTERS,
+    END_SOLUTION,
+    PACKAGE,
+    ROOT,
+    Chapter,
+    directive,
+    read_book,
+    solution_regions,
+)
+
+BOOK = ROOT / "book"
+BUILD = ROOT / "_build"
+SRC = BUILD / "site-src"
+HTML = BUILD / "html"
+DOCTREES = BUILD / "doctrees"
+GENERATED = "_generated"  # inside SRC: included by pages, not pages themselves
+
+SOLUTION_PROMPTS = {"code_prompt_show": "Show a solution", "code_prompt_hide": "Hide the solution"}
+
+
+# --- what each chapter exports ---------------------------------------------------
+
+@dataclass
+class Export:
+    module: str
+    kinds: dict[str, str]  # public name -> "function", "class" or "data", in definition order
+    summaries: dict[str, str]  # public name -> first line of its docstring ("" for a constant)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.kinds)
+
+
+def _kind(node: ast.AST) -> str:
+    if isinstance(node, ast.ClassDef):
+        return "class"
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "function"
+    return "data"
+
+
+def chapter_exports(chapter: Chapter) -> list[Export]:
+    """The modules a chapter writes and the public names it defines in each, in order."""
+    exports = {m: Export(m, {}, {}) for m in chapter.modules}
+    for module, _, source in chapter.exports:
+        for name, node in public_names(ast.parse(source)):
+            if name not in exports[module].kinds:
+                exports[module].kinds[name] = _kind(node)
+                doc = "" if _kind(node) == "data" else (ast.get_docstring(node) or "")
+                exports[module].summaries[name] = doc.strip().split("\n")[0]
+    return list(exports.values())
+
+
+def markdown_text(text: str) -> str:
+    """Plain text -> MyST inline text that shows it as written; `code` stays code."""
+    parts = re.split(r"(`[^`]+`)", text)
+    return "".join(part if part.startswith("`") and part.endswith("`") and len(part) > 1
+                   else re.sub(r"([\\`*_{}\[\]<>()#+\-.!|$~])", r"\\\1", part)
+                   for part in parts)
+
+
+def package_names() -> list[str]:
+    """transformer.__all__, read from the generated __init__.py without importing torch."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise SystemExit("transformer/__init__.py has no __all__; run `make export`")
+
+
+def symbol_chapters(chapters: list[Chapter]) -> dict[str, tuple[int, str, str]]:
+    """name -> (chapter number, chapter title, chapter file stem) for every exported name."""
+    return {name: (c.number, c.title, c.name)
+            for c in chapters for e in chapter_exports(c) for name in e.names}
+
+
+# --- the reading copy of a chapter -----------------------------------------------
+
+def _tag(cell: nbformat.NotebookNode, *tags: str) -> None:
+    existing = cell.metadata.setdefault("tags", [])
+    existing.extend(t for t in tags if t not in existing)
+
+
+def _without_markers(source: str) -> str:
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
+
+
+def package_note(chapter: Chapter) -> str:
+    """The markdown note under a chapter's title: what it adds to the package, linked."""
+    parts = []
+    for export in chapter_exports(chapter):
+        names = ", ".join(f"{{py:obj}}`~transformer.{export.module}.{n}`" for n in export.names)
+        parts.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`)"
+                     + (f": {names}" if names else ""))
+    if not parts:
+        return ""
+    return ("```{admonition} In the package\n:class: tip package-note\n"
+            + "This chapter writes " + "; and ".join(parts) + ".\n"
+            "Cells marked *exported* go into the package; the others explain, trace and check.\n"
+            "```")
+
+
+def reading_copy(chapter: Chapter) -> nbformat.NotebookNode:
+    """The notebook as the site shows it; the chapter's own notebook is not changed.
+
+    - `#| default_exp` lines are dropped (a cell left empty is removed); the first
+      line `#| export [MODULE]` is dropped and the cell tagged `export-MODULE`, which
+      the site's stylesheet labels quietly; `#| check NAME` likewise, tag `check`;
+    - an exercise cell is shown as the student sees it (the solution replaced by
+      `raise NotImplementedError`), followed by the full solution, folded
+      (`hide-input`), so that a reader tries first;
+    - a note under the title links the chapter to the API pages of its modules.
+    """
+    notebook = copy.deepcopy(chapter.notebook)
+    cells = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            cells.append(cell)
+            continue
+        lines = cell.source.splitlines()
+        kept = [line for line in lines
+                if not ((found := directive(line)) and found[0] == "default_exp")]
+        first = directive(kept[0]) if kept else None
+        if first and first[0] == "export":
+            kept = kept[1:]
+            _tag(cell, "export-" + (first[1] or chapter.default_module or "package"))
+        elif first and first[0] == "check":
+            kept = kept[1:]
+            _tag(cell, "check")
+        cell.source = "\n".join(kept).strip("\n")
+        if not cell.source.strip():
+            if cell.get("outputs"):
+                _tag(cell, "remove-input")
+            else:
+                continue
+        if solution_regions(cell.source):
+            stub = nbformat.v4.new_code_cell(strip_solutions(cell.source))
+            _tag(stub, "exercise")
+            cells.append(stub)
+            cell.source = _without_markers(cell.source)
+            _tag(cell, "hide-input", "solution")
+            cell.metadata["mystnb"] = dict(SOLUTION_PROMPTS)
+        cells.append(cell)
+    note = package_note(chapter)
+    if note:
+        first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
+        cells.insert(first_markdown + 1, nbformat.v4.new_markdown_cell(note))
+    for cell in cells:
+        cell.pop("id", None)
+    notebook.cells = cells
+    notebook.nbformat, notebook.nbformat_minor = 4, 4  # cells without ids, as in 4.4
+    return notebook
+
+
+# --- generated pages -------------------------------------------------------------
+
+def _names(export: Export) -> str:
+    """The names a module exports, each linked to its API entry."""
+    return ", ".join(f"{{py:obj}}`~transformer.{export.module}.{n}`" for n in export.names)
+
+
+def module_label(module: str) -> str:
+    return "python -m transformer" if module == "__main__" else f"transformer.{module}"
+
+
+def chapter_map(chapters: list[Chapter]) -> str:
+    """The landing page's table: every chapter and what it adds to the package."""
+    rows = [":::{table}", ":class: chapter-map", "", "| # | Chapter | What it adds to the package |",
+            "|---|---|---|"]
+    for chapter in chapters:
+        adds = "<br>".join(
+            f"{{doc}}`{module_label(e.module)} </api/{e.module}>`"
+            + (": " + _names(e) if e.names else "")
+            for e in chapter_exports(chapter))
+        rows.append(f"| {chapter.number:02d} | {{doc}}`{chapter.title} </chapters/{chapter.name}>` "
+                    f"| {adds or '–'} |")
+    return "\n".join(rows + [":::", ""])
+
+
+def api_module_page(export: Export, chapter: Chapter, public: list[str]) -> str:
+    """One module's page: its chapter, then each public name documented by autodoc."""
+    names = export.names
+    shared = [n for n in names if n in public]
+    lines = [
+        f"# {module_label(export.module)}", "",
+        f"Built in chapter {chapter.number:02d}, "
+        f"{{doc}}`{chapter.title} </chapters/{chapter.name}>`, which explains and tests "
+        "every name below.", "",
+    ]
+    if shared:
+        lines += [f"Import them from the package itself, as in "
+                  f"`from transformer import {shared[0]}`"
+                  + ("." if len(shared) == len(names) else
+                     f", or from `transformer.{export.module}` for those it does not re-export."),
+                  ""]
+    else:
+        lines += [f"Import from `transformer.{export.module}`.", ""]
+    lines += ["```{eval-rst}", f".. module:: transformer.{export.module}", ""]
+    for name in names:
+        kind = export.kinds[name]
+        lines.append(f".. auto{kind}:: transformer.{export.module}.{name}")
+        if kind == "class":
+            lines += ["   :members:", "   :show-inheritance:"]
+        lines.append("")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def api_pages(chapters: list[Chapter]) -> dict[str, str]:
+    """api/index.md (every name of transformer.__all__) and one page per module."""
+    public = package_names()
+    pages: dict[str, str] = {}
+    index = [
+        "# API reference", "",
+        "Every public name of the package, in the order in which the book builds it, "
+        "module by module. Each name links to its documentation; each module page links "
+        "back to the chapter that explains it. All names are importable from `transformer` "
+        "itself unless marked *module only*.", "",
+        "```{toctree}", ":hidden:", "",
+    ]
+    tables = []
+    for chapter in chapters:
+        for export in chapter_exports(chapter):
+            index.append(export.module)
+            pages[f"api/{export.module}.md"] = api_module_page(export, chapter, public)
+            tables += [
+                f"## {module_label(export.module)}", "",
+                f"Module page: {{doc}}`{module_label(export.module)} </api/{export.module}>`; "
+                f"built in chapter {chapter.number:02d}, "
+                f"{{doc}}`{chapter.title} </chapters/{chapter.name}>`.", "",
+                "| Name | What it is |", "|---|---|",
+            ]
+            for n in export.names:
+                summary = markdown_text(export.summaries[n]) or "a constant"
+                if n not in public:
+                    summary += " (*module only*)"
+                tables.append(f"| {{py:obj}}`~transformer.{export.module}.{n}` | {summary} |")
+            tables.append("")
+    index += ["```", ""] + tables
+    pages["api/index.md"] = "\n".join(index)
+    return pages
+
+
+def export_styles(chapters: list[Chapter]) -> str:
+    """CSS that labels each exported cell with the module it goes to."""
+    rules = []
+    for chapter in chapters:
+        for module in chapter.modules:
+            rules.append(f'div.cell.tag_export-{module} > .cell_input::before '
+                         f'{{ content: "exported to transformer/{module}.py"; }}')
+    return "\n".join(rules) + "\n"
+
+
+# --- assembling the source tree and building -------------------------------------
+
+def write_if_changed(path: Path, data: bytes | str) -> bool:
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    if path.exists() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return True
+
+
+def assemble(chapters: list[Chapter]) -> int:
+    """Write the Sphinx source tree into SRC; return how many files changed."""
+    wanted: dict[Path, bytes | str] = {}
+    for path in BOOK.rglob("*"):
+        relative = path.relative_to(BOOK)
+        if path.is_file() and path.name != "conf.py" and relative.parts[0] != "_static" \
+                and "__pycache__" not in relative.parts:
+            wanted[SRC / relative] = path.read_bytes()
+    for chapter in chapters:
+        wanted[SRC / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(reading_copy(chapter))
+    for name, text in api_pages(chapters).items():
+        wanted[SRC / name] = text
+    wanted[SRC / GENERATED / "chapter_map.md"] = chapter_map(chapters)
+    wanted[SRC / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
+    wanted[SRC / GENERATED / "static" / "exports.css"] = export_styles(chapters)
+    changed = sum(write_if_changed(path, data) for path, data in wanted.items())
+    if SRC.exists():
+        for path in sorted(SRC.rglob("*"), reverse=True):
+            if path.is_file() and path not in wanted:
+                path.unlink()
+                changed += 1
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return changed
+
+
+def sphinx_build(quiet: bool = True) -> int:
+    from sphinx.cmd.build import build_main
+
+    args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(DOCTREES),
+            str(SRC), str(HTML)]
+    return build_main((["-q"] if quiet else []) + args)
+
+
+def offer_notebooks(chapters: list[Chapter]) -> None:
+    """The download button offers each chapter as executed, directives included."""
+    for chapter in chapters:
+        target = HTML / "_sources" / "chapters" / f"{chapter.name}.ipynb"
+        if target.parent.exists():
+            shutil.copyfile(chapter.path, target)
+
+
+def build(notebooks: Path = CHAPTERS, clean: bool = False, quiet: bool = True) -> int:
+    """Assemble and build the site from the notebooks in `notebooks`; return Sphinx's status."""
+    start = time.perf_counter()
+    if clean:
+        for path in (SRC, HTML, DOCTREES):
+            shutil.rmtree(path, ignore_errors=True)
+    chapters = read_book(notebooks)
+    if not chapters:
+        raise SystemExit(f"no chapter notebooks in {notebooks}")
+    changed = assemble(chapters)
+    status = sphinx_build(quiet=quiet)
+    if status == 0:
+        offer_notebooks(chapters)
+        pages = sum(1 for _ in HTML.rglob("*.html"))
+        print(f"site: {len(chapters)} chapters, {pages} pages, {changed} source files changed, "
+              f"{time.perf_counter() - start:.1f} s; open {(HTML / 'index.html').relative_to(ROOT)}")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--notebooks", type=Path, default=CHAPTERS,
+                        help="folder of executed NN_name.ipynb files (default: chapters/)")
+    parser.add_argument("--clean", action="store_true", help="rebuild everything")
+    parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
+    args = parser.parse_args(argv)
+    return build(args.notebooks.resolve(), clean=args.clean, quiet=not args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
