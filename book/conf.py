@@ -66,6 +66,9 @@ html_theme_options = {
 }
 html_context = {"default_mode": "auto"}  # light or dark from the reader's system; a toggle
 html_copy_source = True
+# Search works from file:// (searchindex.js is a script), but the snippet under each
+# result is fetched from the result's page, which a browser refuses on file://.
+html_show_search_summary = False
 html_show_sourcelink = False
 
 # --- math: MathJax 3 from _static/mathjax, never a CDN ---------------------------

@@ -53,11 +53,30 @@ from notebooks import (  # noqa: E402
 )
 
 BOOK = ROOT / "book"
-BUILD = ROOT / "_build"
-SRC = BUILD / "site-src"
-HTML = BUILD / "html"
-DOCTREES = BUILD / "doctrees"
-GENERATED = "_generated"  # inside SRC: included by pages, not pages themselves
+BUILD = ROOT / "_build"  # the reader's site: _build/html/
+GENERATED = "_generated"  # inside the source tree: included by pages, not pages themselves
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one build of the site lives: its source tree, its HTML, Sphinx's cache."""
+
+    root: Path = BUILD
+
+    @property
+    def src(self) -> Path:
+        return self.root / "site-src"
+
+    @property
+    def html(self) -> Path:
+        return self.root / "html"
+
+    @property
+    def doctrees(self) -> Path:
+        return self.root / "doctrees"
+
+
+HTML = Site().html
 
 SOLUTION_PROMPTS = {"code_prompt_show": "Show a solution", "code_prompt_hide": "Hide the solution"}
 
@@ -308,24 +327,25 @@ def write_if_changed(path: Path, data: bytes | str) -> bool:
     return True
 
 
-def assemble(chapters: list[Chapter]) -> int:
-    """Write the Sphinx source tree into SRC; return how many files changed."""
+def assemble(chapters: list[Chapter], site: Site = Site()) -> int:
+    """Write the Sphinx source tree; return how many files changed."""
+    src = site.src
     wanted: dict[Path, bytes | str] = {}
     for path in BOOK.rglob("*"):
         relative = path.relative_to(BOOK)
         if path.is_file() and path.name != "conf.py" and relative.parts[0] != "_static" \
                 and "__pycache__" not in relative.parts:
-            wanted[SRC / relative] = path.read_bytes()
+            wanted[src / relative] = path.read_bytes()
     for chapter in chapters:
-        wanted[SRC / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(reading_copy(chapter))
+        wanted[src / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(reading_copy(chapter))
     for name, text in api_pages(chapters).items():
-        wanted[SRC / name] = text
-    wanted[SRC / GENERATED / "chapter_map.md"] = chapter_map(chapters)
-    wanted[SRC / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
-    wanted[SRC / GENERATED / "static" / "exports.css"] = export_styles(chapters)
+        wanted[src / name] = text
+    wanted[src / GENERATED / "chapter_map.md"] = chapter_map(chapters)
+    wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
+    wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters)
     changed = sum(write_if_changed(path, data) for path, data in wanted.items())
-    if SRC.exists():
-        for path in sorted(SRC.rglob("*"), reverse=True):
+    if src.exists():
+        for path in sorted(src.rglob("*"), reverse=True):
             if path.is_file() and path not in wanted:
                 path.unlink()
                 changed += 1
@@ -334,38 +354,42 @@ def assemble(chapters: list[Chapter]) -> int:
     return changed
 
 
-def sphinx_build(quiet: bool = True) -> int:
+def sphinx_build(site: Site, quiet: bool = True) -> int:
+    """Sphinx, warnings as errors (all reported, then the build fails)."""
     from sphinx.cmd.build import build_main
 
-    args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(DOCTREES),
-            str(SRC), str(HTML)]
+    args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(site.doctrees),
+            str(site.src), str(site.html)]
     return build_main((["-q"] if quiet else []) + args)
 
 
-def offer_notebooks(chapters: list[Chapter]) -> None:
+def offer_notebooks(chapters: list[Chapter], site: Site) -> None:
     """The download button offers each chapter as executed, directives included."""
     for chapter in chapters:
-        target = HTML / "_sources" / "chapters" / f"{chapter.name}.ipynb"
+        target = site.html / "_sources" / "chapters" / f"{chapter.name}.ipynb"
         if target.parent.exists():
             shutil.copyfile(chapter.path, target)
 
 
-def build(notebooks: Path = CHAPTERS, clean: bool = False, quiet: bool = True) -> int:
+def build(notebooks: Path = CHAPTERS, site: Site = Site(), clean: bool = False,
+          quiet: bool = True) -> int:
     """Assemble and build the site from the notebooks in `notebooks`; return Sphinx's status."""
     start = time.perf_counter()
     if clean:
-        for path in (SRC, HTML, DOCTREES):
+        for path in (site.src, site.html, site.doctrees):
             shutil.rmtree(path, ignore_errors=True)
     chapters = read_book(notebooks)
     if not chapters:
         raise SystemExit(f"no chapter notebooks in {notebooks}")
-    changed = assemble(chapters)
-    status = sphinx_build(quiet=quiet)
+    changed = assemble(chapters, site)
+    status = sphinx_build(site, quiet=quiet)
     if status == 0:
-        offer_notebooks(chapters)
-        pages = sum(1 for _ in HTML.rglob("*.html"))
+        offer_notebooks(chapters, site)
+        pages = sum(1 for _ in site.html.rglob("*.html"))
+        index = site.html / "index.html"
         print(f"site: {len(chapters)} chapters, {pages} pages, {changed} source files changed, "
-              f"{time.perf_counter() - start:.1f} s; open {(HTML / 'index.html').relative_to(ROOT)}")
+              f"{time.perf_counter() - start:.1f} s; open "
+              f"{index.relative_to(ROOT) if index.is_relative_to(ROOT) else index}")
     return status
 
 
@@ -374,9 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", type=Path, default=CHAPTERS,
                         help="folder of executed NN_name.ipynb files (default: chapters/)")
     parser.add_argument("--clean", action="store_true", help="rebuild everything")
+    parser.add_argument("--out", type=Path, default=BUILD,
+                        help="build folder: html/, site-src/, doctrees/ (default: _build/)")
     parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
     args = parser.parse_args(argv)
-    return build(args.notebooks.resolve(), clean=args.clean, quiet=not args.verbose)
+    return build(args.notebooks.resolve(), Site(args.out.resolve()), clean=args.clean,
+                 quiet=not args.verbose)
 
 
 if __name__ == "__main__":
