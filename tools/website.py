@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import hashlib
 import json
 import re
 import shutil
@@ -327,8 +328,22 @@ def write_if_changed(path: Path, data: bytes | str) -> bool:
     return True
 
 
-def assemble(chapters: list[Chapter], site: Site = Site()) -> int:
-    """Write the Sphinx source tree; return how many files changed."""
+def navigation_signature(wanted: dict[Path, bytes | str], src: Path) -> str:
+    """What every page's sidebar and prev/next links depend on: the pages and their titles."""
+    digest = hashlib.sha256()
+    for path in sorted(wanted):
+        digest.update(path.relative_to(src).as_posix().encode() + b"\n")
+        data = wanted[path]
+        data = data.encode("utf-8") if isinstance(data, str) else data
+        if path.name == "chapter_map.md":  # the chapters' titles and exports
+            digest.update(data)
+        elif path.suffix == ".md":  # a page's title is its first line
+            digest.update(data.split(b"\n", 1)[0])
+    return digest.hexdigest()
+
+
+def assemble(chapters: list[Chapter], site: Site = Site()) -> tuple[int, str]:
+    """Write the Sphinx source tree; return (files changed, navigation signature)."""
     src = site.src
     wanted: dict[Path, bytes | str] = {}
     for path in BOOK.rglob("*"):
@@ -343,24 +358,24 @@ def assemble(chapters: list[Chapter], site: Site = Site()) -> int:
     wanted[src / GENERATED / "chapter_map.md"] = chapter_map(chapters)
     wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
     wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters)
+    before = {p for p in src.rglob("*") if p.is_file()} if src.exists() else set()
     changed = sum(write_if_changed(path, data) for path, data in wanted.items())
-    if src.exists():
-        for path in sorted(src.rglob("*"), reverse=True):
-            if path.is_file() and path not in wanted:
-                path.unlink()
-                changed += 1
-            elif path.is_dir() and not any(path.iterdir()):
-                path.rmdir()
-    return changed
+    for path in sorted(before - set(wanted)):
+        path.unlink()
+        changed += 1
+    for path in sorted((p for p in src.rglob("*") if p.is_dir()), reverse=True):
+        if not any(path.iterdir()):
+            path.rmdir()
+    return changed, navigation_signature(wanted, src)
 
 
-def sphinx_build(site: Site, quiet: bool = True) -> int:
+def sphinx_build(site: Site, quiet: bool = True, write_all: bool = False) -> int:
     """Sphinx, warnings as errors (all reported, then the build fails)."""
     from sphinx.cmd.build import build_main
 
     args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(site.doctrees),
             str(site.src), str(site.html)]
-    return build_main((["-q"] if quiet else []) + args)
+    return build_main((["-q"] if quiet else []) + (["-a"] if write_all else []) + args)
 
 
 def offer_notebooks(chapters: list[Chapter], site: Site) -> None:
@@ -369,6 +384,17 @@ def offer_notebooks(chapters: list[Chapter], site: Site) -> None:
         target = site.html / "_sources" / "chapters" / f"{chapter.name}.ipynb"
         if target.parent.exists():
             shutil.copyfile(chapter.path, target)
+
+
+def remove_stale_pages(site: Site) -> None:
+    """Delete the HTML of pages whose source is gone (Sphinx leaves it behind)."""
+    documents = {p.relative_to(site.src).with_suffix(".html") for p in site.src.rglob("*")
+                 if p.suffix in (".md", ".ipynb") and GENERATED not in p.parts}
+    special = {Path("genindex.html"), Path("search.html"), Path("py-modindex.html")}
+    for page in site.html.rglob("*.html"):
+        relative = page.relative_to(site.html)
+        if relative.parts[0] not in ("_static", "_sources") and relative not in documents | special:
+            page.unlink()
 
 
 def build(notebooks: Path = CHAPTERS, site: Site = Site(), clean: bool = False,
@@ -381,9 +407,16 @@ def build(notebooks: Path = CHAPTERS, site: Site = Site(), clean: bool = False,
     chapters = read_book(notebooks)
     if not chapters:
         raise SystemExit(f"no chapter notebooks in {notebooks}")
-    changed = assemble(chapters, site)
-    status = sphinx_build(site, quiet=quiet)
+    changed, navigation = assemble(chapters, site)
+    # Sphinx re-renders only the pages whose source changed; when a page comes or goes
+    # or a title changes, every page's sidebar and prev/next links change, so all are
+    # written again. The signature of the last good build is kept beside the HTML.
+    stamp = site.html / ".navigation"
+    fresh = stamp.exists() and stamp.read_text() == navigation
+    status = sphinx_build(site, quiet=quiet, write_all=not fresh)
     if status == 0:
+        stamp.write_text(navigation)
+        remove_stale_pages(site)
         offer_notebooks(chapters, site)
         pages = sum(1 for _ in site.html.rglob("*.html"))
         index = site.html / "index.html"
