@@ -142,6 +142,21 @@ def test_chapters_link_to_their_api_pages_and_back(site):
             assert f"../chapters/{chapter.name}.html" in api, f"api/{module} does not link back"
 
 
+def test_every_public_name_is_documented_with_its_chapter(site):
+    """Each name of a module has an entry on the module's page, and each entry says, with a
+    link, which chapter defines it (constants included, which have no docstring)."""
+    from website import chapter_exports
+
+    for chapter in CHAPTERS:
+        for export in chapter_exports(chapter):
+            page = (site / "api" / f"{export.module}.html").read_text(encoding="utf-8")
+            for name in export.names:
+                assert f'id="transformer.{export.module}.{name}"' in page, f"{name} undocumented"
+            links = page.count(f'Defined in chapter {chapter.number:02d}, <a class="reference internal" '
+                               f'href="../chapters/{chapter.name}.html"')
+            assert links >= len(export.names), f"api/{export.module}: {links} chapter links"
+
+
 def test_glossary_names_only_symbols_of_the_package():
     """Each package symbol in the glossary's table exists, and is public."""
     import importlib
@@ -226,6 +241,8 @@ CHAPTER_STATE = r"""() => {
     visibleMarkers: [...article.querySelectorAll('div.cell')].some(
       c => /BEGIN SOLUTION|END SOLUTION|^#\| ?(export|default_exp|check)/m.test(c.innerText)),
     wideCode: [...article.querySelectorAll('div.cell_input pre')].filter(p => p.scrollWidth > p.clientWidth + 1).length,
+    clippedMath: [...article.querySelectorAll('div.math mjx-container')].filter(m =>
+      m.scrollWidth > m.clientWidth + 1 && !['auto', 'scroll'].includes(getComputedStyle(m).overflowX)).length,
   };
 }"""
 
@@ -254,6 +271,7 @@ def test_chapter_page_in_the_browser(browser, site, index):
         f"exercise solutions must be folded: {state['solutions']}")
     assert not state["visibleMarkers"], "solution markers or #| directives shown as text"
     assert state["wideCode"] == 0, f"{state['wideCode']} code cells wider than the text column"
+    assert state["clippedMath"] == 0, f"{state['clippedMath']} display formulas cut off (no scrolling)"
 
 
 @pytest.mark.parametrize("query", ["attention", "苹果"])
@@ -283,3 +301,52 @@ def test_api_page_lists_every_public_name(browser, site):
         target = urlsplit(listed[name])
         assert target.fragment.endswith("." + name), listed[name]
         assert f'id="{target.fragment}"' in Path(unquote(target.path)).read_text(encoding="utf-8")
+
+
+# --- plain-text docstrings as reST (tools/docstrings.py) ------------------------------
+
+TRICKY = """Softmax of |y| over <pad> tokens: weights ~ N(0, init_std**2), init_std = d_model**-0.5.
+
+ids [batch, seq] -> vectors [batch, seq, d_model]; a `word_` and *args, **kwargs
+- not a list, 1. not a list either, .. not a comment
+https://example.org and someone@example.org stay text.
+`code` at the start, and `self.weight`'s table; x`y`z glued.
+
+    an indented example: x = f(a_b)
+    >>> print(1)
+"""
+
+
+def rendered_text(rest: str) -> tuple[str, str]:
+    """The text docutils renders from reST, and what it warned about."""
+    import io
+
+    from docutils.core import publish_doctree
+
+    stream = io.StringIO()
+    doctree = publish_doctree(rest, settings_overrides={"warning_stream": stream, "report_level": 1})
+    return doctree.astext(), stream.getvalue()
+
+
+def test_plain_docstrings_render_as_written_without_warnings():
+    from docstrings import plain_text_to_rest
+
+    text, warnings = rendered_text(plain_text_to_rest(TRICKY))
+    assert not warnings, warnings
+    squash = lambda s: re.sub(r"\s+", " ", s.replace("\u00a0", " ")).strip()  # noqa: E731
+    assert squash(text) == squash(TRICKY.replace("`", "")), text
+    assert "http" not in rest_links(plain_text_to_rest(TRICKY))
+
+
+def rest_links(rest: str) -> str:
+    """The targets of every reference docutils finds in reST (none expected)."""
+    from docutils.core import publish_doctree
+    from docutils.nodes import reference
+
+    return " ".join(node.get("refuri", "") for node in publish_doctree(rest).findall(reference))
+
+
+def test_plain_docstring_conversion_is_needed():
+    """The same text read as reST directly does warn: the conversion is what makes it safe."""
+    _, warnings = rendered_text(TRICKY)
+    assert warnings
