@@ -19,7 +19,6 @@ sys.path.insert(0, str(ROOT))  # the package, for autodoc
 sys.path.insert(0, str(ROOT / "tools"))
 
 from docstrings import plain_text_to_rest  # noqa: E402
-from website import package_names  # noqa: E402
 
 project = "Building a Transformer, step by step"
 author = "the authors of the book"
@@ -29,7 +28,6 @@ language = "en"
 extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
-    "sphinx_codeautolink",
 ]
 
 # --- sources -------------------------------------------------------------------
@@ -89,14 +87,7 @@ autodoc_typehints = "signature"
 autodoc_class_signature = "mixed"
 add_module_names = False
 python_display_short_literal_types = True
-codeautolink_autodoc_inject = False
-codeautolink_warn_on_missing_inventory = False
-codeautolink_warn_on_failed_resolve = False
-# Names of the package in code cells link to their API entries. Every cell is read
-# as if it began with `from transformer import <every public name>` (cheap), rather
-# than with all the cells above it (codeautolink_concat_default: quadratic, it
-# tripled the build time).
-codeautolink_global_preface = "from transformer import " + ", ".join(package_names())
+
 
 
 DEFINED_IN = re.compile(

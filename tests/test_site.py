@@ -238,6 +238,7 @@ CHAPTER_STATE = r"""() => {
     prev: document.querySelector('a.left-prev')?.href ?? null,
     next: document.querySelector('a.right-next')?.href ?? null,
     solutions: [...document.querySelectorAll('div.cell.tag_solution > details')].map(d => d.open),
+    apiLinks: article.querySelectorAll('div.highlight a.api-link').length,
     visibleMarkers: [...article.querySelectorAll('div.cell')].some(
       c => /BEGIN SOLUTION|END SOLUTION|^#\| ?(export|default_exp|check)/m.test(c.innerText)),
     wideCode: [...article.querySelectorAll('div.cell_input pre')].filter(p => p.scrollWidth > p.clientWidth + 1).length,
@@ -270,6 +271,7 @@ def test_chapter_page_in_the_browser(browser, site, index):
     assert len(state["solutions"]) >= 3 and not any(state["solutions"]), (
         f"exercise solutions must be folded: {state['solutions']}")
     assert not state["visibleMarkers"], "solution markers or #| directives shown as text"
+    assert state["apiLinks"] > 0, "no name in the code links to the API reference"
     assert state["wideCode"] == 0, f"{state['wideCode']} code cells wider than the text column"
     assert state["clippedMath"] == 0, f"{state['clippedMath']} display formulas cut off (no scrolling)"
 
