@@ -276,9 +276,20 @@ def test_chapter_page_in_the_browser(browser, site, index):
     assert state["clippedMath"] == 0, f"{state['clippedMath']} display formulas cut off (no scrolling)"
 
 
-@pytest.mark.parametrize("query", ["attention", "苹果"])
-def test_search_from_file_url(browser, site, query):
-    with Page(browser, url(site, "search.html") + "?q=" + quote(query)) as page:
+@pytest.mark.parametrize("query, how", [("attention", "address"), ("苹果", "search box")])
+def test_search_from_file_url(browser, site, query, how):
+    """Search works where a reader opens the site: from file://, by the address
+    search.html?q=... or by typing into the search box of a chapter page."""
+    first = CHAPTERS[0].name
+    start = (url(site, "search.html") + "?q=" + quote(query) if how == "address"
+             else url(site, f"chapters/{first}.html"))
+    with Page(browser, start) as page:
+        if how == "search box":
+            page.page.click("button.search-button-field >> visible=true")
+            box = page.page.locator("input[name=q] >> visible=true").first
+            box.fill(query)
+            box.press("Enter")
+            page.page.wait_for_url("**/search.html?q=*")
         page.page.wait_for_function(
             "document.querySelectorAll('#search-results li').length > 0 || "
             "/finished/i.test(document.querySelector('#search-results')?.innerText ?? '')",
