@@ -9,6 +9,8 @@ into _build/html/.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import re
 import sys
@@ -19,6 +21,13 @@ sys.path.insert(0, str(ROOT))  # the package, for autodoc
 sys.path.insert(0, str(ROOT / "tools"))
 
 from docstrings import plain_text_to_rest  # noqa: E402
+
+# Sphinx rebuilds pages when their sources or the config values change, not when the
+# code that renders them does: this fingerprint of that code is a config value, so
+# editing this file or the site's tools rebuilds every page.
+book_code = hashlib.sha256(b"".join(
+    path.read_bytes() for path in (Path(__file__), ROOT / "tools" / "docstrings.py",
+                                   ROOT / "tools" / "website.py"))).hexdigest()
 
 project = "Building a Transformer, step by step"
 author = "the authors of the book"
@@ -99,6 +108,11 @@ def _chapter_line(number: int, title: str, stem: str) -> str:
     return f"Defined in chapter {number:02d}, :doc:`{title} </chapters/{stem}>`."
 
 
+def _is_type_docstring(obj, text: str) -> bool:
+    doc = type(obj).__doc__
+    return bool(doc) and " ".join(inspect.cleandoc(doc).split()) == " ".join(text.split())
+
+
 def process_docstring(app, what, name, obj, options, lines):
     """Render the package's plain-text docstrings safely, and link each to its chapter.
 
@@ -113,6 +127,8 @@ def process_docstring(app, what, name, obj, options, lines):
     if not name.startswith("transformer."):
         return
     text = "\n".join(lines)
+    if what == "data" and _is_type_docstring(obj, text):
+        text = ""  # a constant has no docstring; autodoc shows its type's (int, dict, Path)
     home = None
     found = DEFINED_IN.search(text)
     if found:
@@ -159,6 +175,7 @@ def copy_mathjax(app, exception):
 
 def setup(app):
     app.add_config_value("book_symbol_chapters", {}, "env")
+    app.add_config_value("book_code", "", "env")
     app.connect("build-finished", copy_mathjax)
     app.connect("config-inited", read_generated)
     app.connect("autodoc-process-docstring", process_docstring)
