@@ -1,7 +1,12 @@
 # Every workflow is one target; each installs what it needs into .venv first.
 # Start here: `make book` (run every chapter, write _build/) and `make test`.
 
-PYTHON ?= python3
+# Python 3.11 to 3.13 (what the pinned set installs and is tested with). Without
+# PYTHON=..., the first supported interpreter found is used: python3, then python3.13,
+# python3.12, python3.11 on PATH, then pyenv's versions (tools/find_python.sh).
+ifndef PYTHON
+PYTHON := $(shell sh tools/find_python.sh)
+endif
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -10,10 +15,11 @@ export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
 
 .PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
-        execute checkpoint book lab student grade check course clean clean-student
+        execute checkpoint book site lab student grade check course clean clean-student
 
 help:
-	@echo "make book        run every chapter in a fresh kernel, write HTML to _build/"
+	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
+	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
 	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
@@ -35,7 +41,11 @@ help:
 # from this environment runs with this environment's Python: no kernel to install.
 install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: no Python 3.11-3.13 found (python3, python3.13," \
+		"python3.12, python3.11, pyenv). Install one, or pass it: make PYTHON=/path/to/python3.12 ..." >&2; exit 1; }
+	@sh tools/find_python.sh --check $(PYTHON)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@sh tools/find_python.sh --check $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
@@ -84,8 +94,13 @@ execute: $(STAMP)
 checkpoint: $(STAMP)
 	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
 
+# The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
+# `site` renders the committed outputs. Open _build/html/index.html.
 book: $(STAMP)
 	$(PY) tools/book.py
+
+site: $(STAMP)
+	$(PY) tools/website.py
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)

@@ -26,8 +26,9 @@
 # > top to bottom; every number printed here is reproducible. Cells that start with
 # > `#| export` are the book's real code: they are copied into the importable package
 # > `transformer` (here `transformer/embedding.py`), and later chapters import them
-# > instead of writing them again. Exercises hide their solution between
-# > `### BEGIN SOLUTION` and `### END SOLUTION`; the cell after each one checks your answer.
+# > instead of writing them again. Each exercise's solution sits in a marked region of its
+# > cell, which the student copies replace with a stub for you to fill in; the cell after
+# > each exercise checks your answer.
 #
 # The running example of the whole book is one sentence pair, which the finished model
 # will translate:
@@ -118,7 +119,8 @@ print("distinct one-hot pairs: min distance", f"{off_diagonal.min().item():.4f},
 
 # %% [markdown]
 # One-hot vectors are fair but useless as they stand: they are as long as the vocabulary
-# (37 000 in the paper) and they say nothing about meaning. So we multiply by a learned
+# (about 37 000 tokens in the paper, a vocabulary shared by English and German: Vaswani et
+# al. 2017, *Attention Is All You Need*, section 5.1) and they say nothing about meaning. So we multiply by a learned
 # matrix $W_e \in \mathbb{R}^{V \times d_{\text{model}}}$, one row per token:
 #
 # $$x_t = e_{\text{id}_t}^{\top} W_e = W_e[\text{id}_t, :] \in \mathbb{R}^{d_{\text{model}}}.$$
@@ -143,7 +145,8 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 # ### The $\sqrt{d_{\text{model}}}$ scale, and why it is there
 #
 # The paper (section 3.4) adds one detail: "in the embedding layers, we multiply those
-# weights by $\sqrt{d_{\text{model}}}$". Two facts explain it.
+# weights by $\sqrt{d_{\text{model}}}$". It does not say why; two facts make sense of it,
+# and section 5 measures both.
 #
 # 1. **Tied weights.** The paper shares one matrix between the input embeddings and the
 #    final pre-softmax layer, which computes logits $z = h\,W_e^{\top}$ from a hidden
@@ -153,8 +156,8 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 #    has variance 1. A row of such a matrix has norm about $1$.
 # 2. **The positional encoding is added next** (chapter 02). It is made of sines and
 #    cosines, one pair per two dimensions, so each position vector has norm exactly
-#    $\sqrt{d_{\text{model}}/2}$ (16 for $d_{\text{model}} = 512$). A token vector of norm 1
-#    added to that would be drowned by the position.
+#    $\sqrt{d_{\text{model}}/2}$ (16 for $d_{\text{model}} = 512$; chapter 02 checks it). A
+#    token vector of norm 1 added to that would be drowned by the position.
 #
 # Multiplying the small embedding rows by $\sqrt{d_{\text{model}}}$ gives them entries of
 # order 1 and norm about $\sqrt{d_{\text{model}}}$, the same size as the position signal,
@@ -173,9 +176,11 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 #
 # `TokenEmbedding` wraps `nn.Embedding` (kept as the attribute `.embedding`, so that a
 # later chapter can tie the output layer to `.embedding.weight`). It checks its input,
-# because a wrong id is a silent bug otherwise: a float id would be rejected deep inside
-# PyTorch with a message that does not name the argument, and an id past the vocabulary
-# raises a bare "index out of range" (or, on a GPU, a device-side assert).
+# because `nn.Embedding`'s own errors do not help the caller: a float id is rejected deep
+# inside PyTorch with a message about "argument #1 'indices'", a name the caller never
+# wrote, and an id past the vocabulary raises a bare "index out of range in self", which
+# says neither which id nor how large the vocabulary is (on a GPU it is a device-side
+# assert instead). Section 5 prints both next to ours.
 
 # %%
 #| export
@@ -314,11 +319,13 @@ def raises(error: type[Exception], fn, *args, **kwargs) -> str:
 
 
 message = raises(IndexError, embed, torch.tensor([[1, 99]]))
-assert "ids" in message
+assert "ids" in message and "99" in message and "vocab_size=13" in message
 print("IndexError:", message)
+print("   nn.Embedding alone says:", raises(IndexError, embed.embedding, torch.tensor([[1, 99]])))
 message = raises(TypeError, embed, torch.tensor([[1.0, 4.0]]))
 assert "ids" in message
 print("TypeError: ", message)
+print("   nn.Embedding alone says:", raises(RuntimeError, embed.embedding, torch.tensor([[1.0, 4.0]])))
 for kwargs in [dict(vocab_size=0, d_model=8), dict(vocab_size=13, d_model=-8),
                dict(vocab_size=13.0, d_model=8)]:
     message = raises(ValueError, TokenEmbedding, **kwargs)
@@ -337,8 +344,9 @@ for kwargs in [dict(vocab_size=0, d_model=8), dict(vocab_size=13, d_model=-8),
 #
 # * PyTorch's default for `nn.Embedding`: $\mathcal N(0, 1)$;
 # * the scaled initialisation of `TokenEmbedding(scale=True)`: $\mathcal N(0, 1/d_{\text{model}})$;
-# * Xavier-uniform, which many implementations (and chapter 08) apply to every matrix:
-#   $\mathcal U(\pm a)$ with $a = \sqrt{6/(V + d_{\text{model}})}$, so the size depends on $V$.
+# * Xavier-uniform, which many implementations apply to every matrix, embedding tables
+#   included: $\mathcal U(\pm a)$ with $a = \sqrt{6/(V + d_{\text{model}})}$, so the size
+#   depends on $V$.
 
 # %%
 V_paper, D_paper = 37_000, 512
@@ -361,18 +369,21 @@ print(f"positional encoding norm: {pe_norm:.2f}")
 
 # %% [markdown]
 # The numbers tell the story. With PyTorch's default, scaling makes token vectors of norm
-# about 512, thirty times the position signal, and tied logits would start with a standard
-# deviation of about 23 (a softmax that is certain of a random answer). Without scaling,
-# the default init is already position-sized, but cannot be tied. The scaled init is the
-# only one that works for both jobs: norm about 22.6 at the input, logits of standard
-# deviation about 1 at the output. Xavier makes the table tiny for a large vocabulary
-# (norm about 4 even after scaling, so position dominates at the start); models that use it
-# still train, because the embeddings grow, but it is worth knowing what the scale is for.
+# about 512, thirty-two times the position signal, and tied logits would start with a
+# standard deviation of about 23 (a softmax that is certain of a random answer). Without
+# scaling, the default init is already position-sized, but its logits are just as large, so
+# it cannot be tied. The scaled init is the only one that works for both jobs: norm about
+# 22.6 at the input, logits of standard deviation about 1 at the output. Xavier makes the
+# table tiny for a large vocabulary (norm about 4 even after scaling, a quarter of the
+# position signal, so position dominates at the start). That is why chapter 08 applies
+# Xavier to every other matrix of the model but leaves the embedding tables to
+# `TokenEmbedding`.
 
 # %%
 assert math.isclose(weights["N(0, 1/d) scaled"].std().item(), D_paper ** -0.5, rel_tol=0.01)
 assert 0.9 < norms["N(0, 1/d) scaled"][1] / math.sqrt(D_paper) < 1.1  # input norm ~ sqrt(d)
 assert norms["N(0, 1) default"][1] > 25 * pe_norm  # default + scale drowns the position
+assert norms["Xavier uniform"][1] < 0.5 * pe_norm  # Xavier + scale: position dominates
 
 # %% [markdown]
 # ## 6 · Figures
@@ -446,9 +457,9 @@ print("a summary that ignores order cannot tell them apart:", torch.allclose(a.s
 # %% [markdown]
 # ## 8 · Exercises
 #
-# Each exercise is a function to complete between `### BEGIN SOLUTION` and
-# `### END SOLUTION`; the cell after it checks your answer. The exercises are
-# independent of each other.
+# Each exercise is a function to complete (in your student copy its body is a stub that
+# raises `NotImplementedError`); the cell after it checks your answer and, when it fails,
+# says what it expected and what it got. The exercises are independent of each other.
 #
 # ### Exercise 1 · One-hot lookup
 # Write `one_hot_lookup(ids, weight)` that computes an embedding lookup **without
@@ -466,11 +477,26 @@ def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 # %%
 #| check ex1-one-hot
-_table = nn.Embedding(50, 6)
-_ids = torch.randint(0, 50, (3, 7))
-_out = one_hot_lookup(_ids, _table.weight)
-assert _out.shape == (3, 7, 6), _out.shape
-assert torch.allclose(_out, _table(_ids), atol=1e-6)
+_g = torch.Generator().manual_seed(11)
+_table = nn.Embedding(50, 6)  # V = 50 rows of size 6
+for _shape in [(3, 7), (4,), (2, 3, 5)]:  # ids of any shape
+    # ids below 40 only: the one-hot length must come from the table (V = 50), not from the ids
+    _ids = torch.randint(0, 40, _shape, generator=_g)
+    try:
+        _out = one_hot_lookup(_ids, _table.weight)
+    except RuntimeError as _err:  # a matmul of mismatched shapes or dtypes
+        raise AssertionError(
+            f"one_hot_lookup(ids of shape {list(_shape)}, weight [50, 6]) raised: {_err}. "
+            "The one-hot vectors must be V = 50 long (the table's rows, not the largest id) "
+            "and of the table's dtype") from _err
+    assert isinstance(_out, torch.Tensor), f"expected a tensor, got {type(_out).__name__}"
+    assert _out.shape == (*_shape, 6), (
+        f"ids of shape {list(_shape)} with a table [50, 6] should give {[*_shape, 6]}, "
+        f"got {list(_out.shape)}")
+    _gap = (_out - _table(_ids)).abs().max().item()
+    assert _gap < 1e-6, (
+        f"ids of shape {list(_shape)}: your vectors differ from the table's rows by up to {_gap:.3g}; "
+        "one_hot(ids) @ weight selects row `id` exactly (no scale, no transpose)")
 print("ex1-one-hot passed")
 
 # %% [markdown]
@@ -494,13 +520,27 @@ def renumber(weight: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
 
 # %%
 #| check ex2-renumber
-_w = torch.randn(13, 4)
-_perm = torch.randperm(13, generator=torch.Generator().manual_seed(1))
+_w = torch.randn(13, 4, generator=torch.Generator().manual_seed(2))  # 13 tokens, vectors of size 4
+_w_before = _w.clone()
+_perm = torch.randperm(13, generator=torch.Generator().manual_seed(1))  # old id -> new id
 _new = renumber(_w, _perm)
-assert _new.shape == _w.shape
-_sentence = torch.tensor([1, 4, 5, 6, 2])
-assert torch.equal(_new[_perm[_sentence]], _w[_sentence])  # same vectors, new labels
-assert not torch.equal(_new, _w)
+assert torch.equal(_w, _w_before), (
+    "renumber changed the table it was given; leave `weight` alone and return a new tensor")
+assert isinstance(_new, torch.Tensor) and _new.shape == (13, 4), (
+    f"expected a new table of shape [13, 4], got {list(_new.shape) if isinstance(_new, torch.Tensor) else type(_new).__name__}")
+assert not torch.equal(_new, _w), (
+    "new_weight is the old table unchanged: each vector must move with its token, "
+    "from row i to row perm[i]")
+assert not torch.equal(_new, _w[_perm]), (
+    "new_weight == weight[perm] puts old row perm[i] in row i: that is the inverse renumbering. "
+    "Token i must land in row perm[i]")
+for _old in range(13):
+    assert torch.equal(_new[_perm[_old]], _w[_old]), (
+        f"the token with old id {_old} has new id perm[{_old}] = {int(_perm[_old])}, so row "
+        f"{int(_perm[_old])} of new_weight should be old row {_old}; it is not")
+_sentence = torch.tensor([1, 4, 5, 6, 2])  # <bos> I love apples <eos>, old ids
+assert torch.equal(_new[_perm[_sentence]], _w[_sentence]), (  # same vectors, new labels
+    "<bos> I love apples <eos> should get the same vectors under both numberings")
 print("ex2-renumber passed")
 
 # %% [markdown]
@@ -526,13 +566,31 @@ def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
 
 # %%
 #| check ex3-init
-_emb = nn.Embedding(2000, 256, padding_idx=0)
+_emb = nn.Embedding(2000, 256, padding_idx=0)  # starts from PyTorch's N(0, 1)
+_param = _emb.weight
 _ret = init_scaled_(_emb)
-assert _ret is _emb
-assert abs(_emb.weight[1:].std().item() - 256 ** -0.5) < 0.002, _emb.weight.std().item()
-assert torch.all(_emb.weight[0] == 0)
+assert _ret is _emb, f"init_scaled_ should return the module it was given, got {type(_ret).__name__}"
+assert _emb.weight is _param, (
+    "embedding.weight is a new Parameter: fill the existing one in place "
+    "(an optimizer built before the call would keep training the old one)")
+_std = _emb.weight[1:].std().item()
+assert abs(_std - 256 ** -0.5) < 0.002, (
+    f"d = 256: expected the rows to have standard deviation 1/sqrt(d) = {256 ** -0.5:.4f}, "
+    f"got {_std:.4f} (N(0, 1/d) means variance 1/d)")
+assert torch.all(_emb.weight[0] == 0), (
+    f"padding_idx = 0: row 0 should be all zeros, its largest entry is {_emb.weight[0].abs().max().item():.3f}")
 _norm = (_emb.weight[1:] * math.sqrt(256)).norm(dim=1).mean().item()
-assert abs(_norm - math.sqrt(256)) < 0.5, _norm
+assert abs(_norm - math.sqrt(256)) < 0.5, (
+    f"scaled by sqrt(d), a row should have norm about sqrt(d) = 16, got {_norm:.2f}")
+# without a padding row, every row is drawn
+_plain = init_scaled_(nn.Embedding(300, 64))
+_std = _plain.weight.std().item()
+_zero_rows = int((_plain.weight == 0).all(dim=1).sum())
+assert _zero_rows == 0, (
+    f"padding_idx is None here, yet {_zero_rows} of 300 rows are zero "
+    "(weight[None] is the whole table: test `padding_idx is not None` first)")
+assert abs(_std - 64 ** -0.5) < 0.005, (
+    f"d = 64: expected standard deviation {64 ** -0.5:.4f}, got {_std:.4f}")
 print("ex3-init passed")
 
 # %% [markdown]
@@ -556,8 +614,20 @@ def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: 
 
 # %%
 #| check ex4-sparse-grad
-_batch = torch.tensor([[1, 4, 5, 6, 2, 0, 0], [1, 9, 10, 6, 2, 0, 0]])
-assert rows_updated(13, 8, _batch, padding_idx=0) == [1, 2, 4, 5, 6, 9, 10]
+for _vocab, _batch, _pad in [
+    (13, torch.tensor([[1, 4, 5, 6, 2, 0, 0], [1, 9, 10, 6, 2, 0, 0]]), 0),  # [2, 7], <pad> = 0
+    (20, torch.tensor([[1, 7, 7, 2, 3], [1, 12, 2, 3, 3]]), 3),  # [2, 5], padding id 3
+]:
+    _got = rows_updated(_vocab, 8, _batch, padding_idx=_pad)
+    _expected = sorted(set(_batch.flatten().tolist()) - {_pad})  # the tokens present, but padding
+    assert isinstance(_got, list), (
+        f"expected a Python list of row indices, got {type(_got).__name__} (tensor.tolist() converts)")
+    assert _got == _expected, (
+        f"batch {_batch.tolist()} with padding_idx={_pad}: expected rows {_expected} (each token "
+        f"present once, sorted, padding excluded), got {_got}"
+        + (f"; row {_pad} is padding, which must get no gradient" if _pad in _got else "")
+        + ("; a row appears more than once: reduce each row's gradient to one number first"
+           if len(set(_got)) < len(_got) else ""))
 print("ex4-sparse-grad passed")
 
 # %% [markdown]
@@ -573,7 +643,7 @@ print("ex4-sparse-grad passed")
 #   $\sqrt{d_{\text{model}}}$ at the input (the size of the positional encoding, 16 for
 #   $d_{\text{model}}=512$) and logits of standard deviation about 1 when the same matrix
 #   is tied to the output layer. With PyTorch's default $\mathcal N(0,1)$ the scale would
-#   make token vectors about 30 times larger than the position signal.
+#   make token vectors about 32 times larger than the position signal.
 # * `transformer.TokenEmbedding(vocab_size, d_model, padding_idx=None, scale=True)` maps
 #   `[B, T]` ids to `[B, T, d_model]` and refuses float ids, ids outside the vocabulary and
 #   non-positive sizes with an error that names the argument.

@@ -197,7 +197,7 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> Tensor:
     extra = mask.dim() - len(scores_shape)
     if extra > 0 and all(n == 1 for n in mask.shape[:extra]):
         mask = mask.view(mask.shape[extra:])
-    # Plain integer comparisons: torch.broadcast_shapes costs ~100x more, on the hot path.
+    # Plain integer comparisons: torch.broadcast_shapes costs tens of times more, on the hot path.
     tail = scores_shape[len(scores_shape) - mask.dim():] if mask.dim() <= len(scores_shape) else None
     if tail is None or not all(m in (1, s) for m, s in zip(mask.shape, tail, strict=True)):
         raise ValueError(
@@ -376,14 +376,43 @@ for bad in (
 # %% [markdown]
 # ## 6 · Why divide by $\sqrt{d_k}$
 #
-# **The variance of a dot product grows with $d_k$.** Suppose the components of $q$ and
-# $k$ are independent with mean 0 and variance 1 (roughly what a well-initialised layer
-# produces). Then $q\cdot k = \sum_{m=1}^{d_k} q_m k_m$ is a sum of $d_k$ independent terms,
+# **The variance of a dot product grows with $d_k$.** The paper's argument (footnote 4 of
+# section 3.2.1): suppose the components of $q$ and $k$ are independent, with mean 0 and
+# variance 1. Then $q\cdot k = \sum_{m=1}^{d_k} q_m k_m$ is a sum of $d_k$ independent terms,
 # each of mean 0 and variance $\mathbb{E}[q_m^2]\,\mathbb{E}[k_m^2] = 1$, so
 #
 # $$ \operatorname{Var}(q\cdot k) = d_k, \qquad \operatorname{Var}\!\left(\frac{q\cdot k}{\sqrt{d_k}}\right) = 1 .$$
 #
-# Measured on 5 000 random pairs per size:
+# Unit variance is an assumption, not what a fresh layer gives. PyTorch's default
+# `nn.Linear(d_model, d_k)` draws its weights (and bias) from
+# $\mathcal U(\pm 1/\sqrt{d_{\text{model}}})$, of variance $1/(3 d_{\text{model}})$, so a
+# component of $q$, a sum of $d_{\text{model}}$ products, gets on average a third of the
+# input's mean square, plus $1/(3 d_{\text{model}})$ from the bias. One small head scatters
+# around that average. Measured on the running example, for our head of section 4 and for
+# 200 fresh heads of the same size:
+
+# %%
+with torch.no_grad(), torch.random.fork_rng():  # fork: the draws below leave the global seed alone
+    torch.manual_seed(1)
+    var_q, var_k = attn.q_proj(x).var().item(), attn.k_proj(x).var().item()
+    fresh = [SingleHeadSelfAttention(d_model, d_k=8) for _ in range(200)]
+    fresh_q = torch.tensor([h.q_proj(x).var().item() for h in fresh]).mean().item()
+    fresh_k = torch.tensor([h.k_proj(x).var().item() for h in fresh]).mean().item()
+expected = (x ** 2).mean().item() / 3 + 1 / (3 * d_model)  # a third of E[x^2], plus the bias
+print(f"our head:                Var(q) = {var_q:.2f}, Var(k) = {var_k:.2f}")
+print(f"200 fresh heads, mean:   Var(q) = {fresh_q:.2f}, Var(k) = {fresh_k:.2f}")
+print(f"E[x^2] / 3 + 1 / (3 d_model) = {expected:.2f}")
+assert all(0.8 < v / expected < 1.2 for v in (fresh_q, fresh_k))  # the third, on average
+assert max(fresh_q, fresh_k) < 0.8  # well below the unit variance of the paper's argument
+
+# %% [markdown]
+# Nothing in the argument needs the variance to be 1, though. With component variances
+# $\sigma_q^2$ and $\sigma_k^2$, $\operatorname{Var}(q\cdot k) = d_k\,\sigma_q^2\sigma_k^2$:
+# it still grows in proportion to $d_k$, and dividing by $\sqrt{d_k}$ still removes exactly
+# that growth, leaving $\sigma_q^2\sigma_k^2$ whatever the size of the head. (For a fresh
+# head that is typically below 1, a softmax a little softer than in the paper's case;
+# training moves the weights anyway.) We measure the paper's case, unit variances, on 5 000
+# random pairs per size:
 
 # %%
 gen = torch.Generator().manual_seed(0)
@@ -409,9 +438,10 @@ assert all(0.9 < s < 1.1 for s in variance_scaled)
 #
 # which is zero wherever $A$ is one-hot: if one score dwarfs the others, the weights are
 # (almost) 0 and 1, and a small change of any score changes nothing, so no gradient flows
-# back into $W_Q$ and $W_K$. Unscaled scores have standard deviation $\sqrt{d_k}$, 8 for
-# the paper's $d_k = 64$: the sharpness knob of section 2 turned far up. We measure both
-# effects for one query against $T = 10$ random keys, with and without the division:
+# back into $W_Q$ and $W_K$. Unscaled scores have standard deviation $\sqrt{d_k}$ (in the
+# unit-variance case), 8 for the paper's $d_k = 64$: the sharpness knob of section 2 turned
+# far up. We measure both effects for one query against $T = 10$ random keys, with and
+# without the division:
 
 # %%
 def softmax_stats(d_k: int, scaled: bool, rows: int = 1_000, T: int = 10) -> tuple[float, float]:
@@ -471,35 +501,41 @@ plt.show()
 qs = torch.randn(1, 200, 256, generator=gen, requires_grad=True)
 ks = torch.randn(1, 10, 256, generator=gen)
 vs = torch.randn(1, 10, 256, generator=gen)
-dead, median, lines = {}, {}, []
+dead, median, largest, lines = {}, {}, {}, []
 for name, scale in (("raw (scale=1)", 1.0), ("scaled (default)", None)):
     out_s, _ = scaled_dot_product_attention(qs, ks, vs, scale=scale)
     (g,) = torch.autograd.grad(out_s.sum(), qs)
     per_query = g.norm(dim=-1)[0]  # [200]: |d loss / d q_i| for each query
     dead[name] = (per_query < 1e-3).float().mean().item()
     median[name] = per_query.median().item()
-    lines.append(f"{name:>17}: queries with |grad| < 1e-3: {dead[name]:5.1%}   median |grad| {median[name]:.3f}")
+    largest[name] = per_query.max().item()
+    lines.append(f"{name:>17}: queries with |grad| < 1e-3: {dead[name]:5.1%}   "
+                 f"median |grad| {median[name]:.3f}   largest |grad| {largest[name]:.1f}")
 print("\n".join(lines))
-assert dead["raw (scale=1)"] > 0.1 and dead["scaled (default)"] == 0.0
-assert median["raw (scale=1)"] < 0.5 * median["scaled (default)"]
+assert dead["raw (scale=1)"] > 0.1 and dead["scaled (default)"] == 0.0  # raw: many queries learn nothing
+assert median["raw (scale=1)"] < 0.5 * median["scaled (default)"]  # raw: the typical query learns less
+assert largest["raw (scale=1)"] > 20 * largest["scaled (default)"]  # raw: a few queries get huge steps
 
 # %% [markdown]
-# Without the division, a large share of the queries (a fifth to a quarter, depending on
-# the draw) receive no gradient at all: their softmax
-# is saturated, so $W_Q$ and $W_K$ cannot learn from them. (The rows that are not saturated
-# miss the $1/\sqrt{d_k}$ factor in their gradient and get far larger ones instead:
-# training is both stalled and jumpy.)
+# Without the division, about a quarter of the queries receive no gradient at all: their
+# softmax is saturated, so $W_Q$ and $W_K$ cannot learn from them, and the typical (median)
+# query gets a much smaller gradient than with the division. The few rows that are *not*
+# saturated miss the $1/\sqrt{d_k}$ factor in their gradient and get far larger ones
+# instead (the largest is more than twenty times the largest scaled one): training is both
+# stalled and jumpy.
 
 # %% [markdown]
 # ## 7 · The attention heatmap of the running example
 #
-# The weights of our (untrained) head on `<bos> I love apples <eos>`, next to a
-# hand-made head in the style of section 2, whose queries were written by hand: the verb
-# `love` looks for its subject `I` and its object `apples`, the two nouns look at the
-# verb, and the markers look at themselves. The trained head has random weights, so its
-# pattern means nothing yet: it shows the *shape* of what attention computes, one
-# distribution per query row. Training (chapter 09) is what turns the left picture into
-# something like the right one.
+# The weights of our untrained head on `<bos> I love apples <eos>`, next to a hand-made
+# head in the style of section 2, whose queries were written by hand: the verb `love`
+# looks for its subject `I` and its object `apples`, the subject and the object look at
+# the verb, and the markers look at themselves. The untrained head has random weights, so
+# its pattern means nothing yet: it shows the *shape* of what attention computes, one
+# distribution per query row. Patterns with a meaning come from training: chapter 10 draws
+# the attention of the translator trained in chapter 09, where each Chinese word reads the
+# English words it translates (attention from the target sentence to the source sentence,
+# cross-attention, chapter 05).
 
 # %%
 wants = torch.tensor([  # row i: how much query i asks for each key (one-hot keys as above)
@@ -527,7 +563,7 @@ fig.colorbar(image, ax=axes, shrink=0.8, label="weight (each row sums to 1)")
 plt.show()
 
 # %% [markdown]
-# ## What we can do now / what is still missing
+# ## 8 · What we can do now / what is still missing
 #
 # **Now:** every position can read every other position, with weights it computes from
 # the content (and, thanks to chapter 02, the position) of the tokens. One function,
@@ -544,9 +580,10 @@ plt.show()
 #   object at once; chapter 05 runs several heads side by side.
 
 # %% [markdown]
-# ## Exercises
+# ## 9 · Exercises
 #
-# Each exercise has a check cell below it. Make the check pass; do not edit the check.
+# Each exercise has a check cell below it. Make the check pass; do not edit the check. When
+# it fails, it says what it expected and what it got.
 
 # %% [markdown]
 # ### Exercise 1 · Attention weights by hand, without overflow
@@ -572,13 +609,25 @@ def attention_weights(q, k):
 #| check ex1-weights
 _g = torch.Generator().manual_seed(1)
 for _scale in (1.0, 1000.0):  # 1000: scores in the thousands
-    _q = _scale * torch.randn(2, 3, 4, 8, generator=_g)
-    _k = torch.randn(2, 3, 6, 8, generator=_g)
+    _q = _scale * torch.randn(2, 3, 4, 8, generator=_g)  # [batch 2, heads 3, Tq 4, d_k 8]
+    _k = torch.randn(2, 3, 6, 8, generator=_g)  # [batch 2, heads 3, Tk 6, d_k 8]
     _w = attention_weights(_q, _k)
     _, _expected = scaled_dot_product_attention(_q, _k, torch.zeros(2, 3, 6, 1))
-    assert _w.shape == (2, 3, 4, 6), f"weights should be [2, 3, 4, 6], got {tuple(_w.shape)}"
-    assert not torch.isnan(_w).any(), "NaN in the weights: subtract the row maximum before exp"
-    assert torch.allclose(_w, _expected, atol=1e-6), "weights differ from softmax(q k^T / sqrt(d_k))"
+    assert isinstance(_w, torch.Tensor) and _w.shape == (2, 3, 4, 6), (
+        f"q [2, 3, 4, 8] and k [2, 3, 6, 8] should give weights [2, 3, 4, 6] (one row per query, "
+        f"one column per key), got {list(_w.shape) if isinstance(_w, torch.Tensor) else type(_w).__name__}")
+    _bad = int((~torch.isfinite(_w)).sum())
+    assert _bad == 0, (
+        f"scores about {_scale:g} times larger than usual: {_bad} of {_w.numel()} weights are NaN or inf. "
+        "exp overflows past about 88 in float32: subtract each row's own maximum before exp")
+    _sums = _w.sum(dim=-1)  # [2, 3, 4]: one sum per query row
+    assert torch.allclose(_sums, torch.ones_like(_sums), atol=1e-5), (
+        f"each query's row of weights should sum to 1 over the keys (the last axis); row sums "
+        f"range from {_sums.min().item():.3f} to {_sums.max().item():.3f}. Normalise over dim=-1")
+    _gap = (_w - _expected).abs().max().item()
+    assert _gap < 1e-6, (
+        f"scores scaled by {_scale:g}: your weights differ from softmax(q k^T / sqrt(d_k)) by up to "
+        f"{_gap:.3g}; d_k = 8 here, so the scores are divided by sqrt(8) = {math.sqrt(8):.3f}")
 print("ex1 passed")
 
 # %% [markdown]
@@ -605,11 +654,23 @@ _g = torch.Generator().manual_seed(2)
 _keys = torch.randn(6, 4, generator=_g)
 _values = torch.randn(6, 3, generator=_g)
 _query = _keys[4] + 0.1 * torch.randn(4, generator=_g)  # closest to key 4
-assert soft_lookup(_query, _keys, _values, 0.0).shape == (3,)
-assert torch.allclose(soft_lookup(_query, _keys, _values, 0.0), _values.mean(dim=0), atol=1e-6)
-assert torch.allclose(soft_lookup(_query, _keys, _values, 200.0), _values[4], atol=1e-4)
-_w = torch.softmax(1.5 * (_keys @ _query), dim=-1)
-assert torch.allclose(soft_lookup(_query, _keys, _values, 1.5), _w @ _values, atol=1e-6)
+_got = soft_lookup(_query, _keys, _values, 0.0)
+assert isinstance(_got, torch.Tensor) and _got.shape == (3,), (
+    f"6 keys of size 4 and values [6, 3]: expected one value-sized vector [3], got "
+    f"{list(_got.shape) if isinstance(_got, torch.Tensor) else type(_got).__name__}")
+assert torch.allclose(_got, _values.mean(dim=0), atol=1e-6), (
+    f"sharpness 0: every key gets weight 1/6, so expected the mean of the values "
+    f"{[round(v, 3) for v in _values.mean(dim=0).tolist()]}, got {[round(v, 3) for v in _got.tolist()]}")
+_got = soft_lookup(_query, _keys, _values, 200.0)
+assert torch.allclose(_got, _values[4], atol=1e-4), (
+    f"sharpness 200: the query is closest to key 4, so expected values[4] = "
+    f"{[round(v, 3) for v in _values[4].tolist()]}, got {[round(v, 3) for v in _got.tolist()]}")
+_w = torch.softmax(1.5 * (_keys @ _query), dim=-1)  # [6]
+_got = soft_lookup(_query, _keys, _values, 1.5)
+assert torch.allclose(_got, _w @ _values, atol=1e-6), (
+    f"sharpness 1.5: expected softmax(1.5 * keys @ query) @ values = "
+    f"{[round(v, 3) for v in (_w @ _values).tolist()]}, got {[round(v, 3) for v in _got.tolist()]} "
+    "(the scores are sharpness * K q, with no other factor)")
 print("ex2 passed")
 
 # %% [markdown]
@@ -640,8 +701,15 @@ with torch.no_grad():
         _lin.weight.copy_(_w.T)
     _expected, _ = _head(_x)
 _got = self_attention(_x, _wq, _wk, _wv)
-assert _got.shape == (2, 5, 4), f"output should be [2, 5, 4], got {tuple(_got.shape)}"
-assert torch.allclose(_got, _expected, atol=1e-5), "output differs from SingleHeadSelfAttention"
+assert isinstance(_got, torch.Tensor), (
+    f"expected the output tensor alone, got {type(_got).__name__} "
+    "(scaled_dot_product_attention returns a pair: (output, weights))")
+assert _got.shape == (2, 5, 4), (
+    f"x [2, 5, 6] and weights [6, 4] should give an output [batch 2, T 5, d_k 4], got {list(_got.shape)}")
+_gap = (_got - _expected).abs().max().item()
+assert _gap < 1e-5, (
+    f"your output differs from SingleHeadSelfAttention's by up to {_gap:.3g}: queries x @ w_q, keys "
+    "x @ w_k, values x @ w_v, and the 1/sqrt(d_k) applied once")
 print("ex3 passed")
 
 # %% [markdown]
@@ -662,20 +730,33 @@ def attention_entropy(weights):
 
 # %%
 #| check ex4-entropy
-_uniform = torch.full((2, 3, 8), 1 / 8)
-assert torch.allclose(attention_entropy(_uniform), torch.full((2, 3), math.log(8)), atol=1e-6)
-_onehot = torch.eye(8).expand(2, 8, 8)
+_uniform = torch.full((2, 3, 8), 1 / 8)  # [batch 2, Tq 3, Tk 8]: every row uniform over 8 keys
+_h = attention_entropy(_uniform)
+assert isinstance(_h, torch.Tensor) and _h.shape == (2, 3), (
+    f"weights [2, 3, 8] should give one entropy per query row, [2, 3], got "
+    f"{list(_h.shape) if isinstance(_h, torch.Tensor) else type(_h).__name__}")
+assert torch.allclose(_h, torch.full((2, 3), math.log(8)), atol=1e-6), (
+    f"a uniform row over 8 keys has entropy log 8 = {math.log(8):.4f} (natural log), got "
+    f"{_h.flatten()[0].item():.4f}")
+_onehot = torch.eye(8)[:5].expand(2, 5, 8)  # [batch 2, Tq 5, Tk 8]: every row one-hot
 _h = attention_entropy(_onehot)
-assert _h.shape == (2, 8) and not torch.isnan(_h).any() and _h.abs().max() < 1e-6
+assert _h.shape == (2, 5), f"weights [2, 5, 8] should give [2, 5], got {list(_h.shape)}"
+assert not torch.isnan(_h).any(), (
+    "one-hot rows give NaN: 0 * log 0 is 0 * -inf = NaN in floating point; "
+    "count those terms as 0 (clamp the weights before the log)")
+assert _h.abs().max() < 1e-6, f"a one-hot row has entropy 0, got up to {_h.abs().max().item():.3g}"
 _g = torch.Generator().manual_seed(4)
-_q, _k = torch.randn(1, 10, 256, generator=_g), torch.randn(1, 10, 256, generator=_g)
+_q, _k = torch.randn(1, 12, 256, generator=_g), torch.randn(1, 10, 256, generator=_g)  # 12 queries, 10 keys
 _, _raw = scaled_dot_product_attention(_q, _k, _k, scale=1.0)
 _, _scaled = scaled_dot_product_attention(_q, _k, _k)
-assert attention_entropy(_raw).mean() < 0.5 * attention_entropy(_scaled).mean()
+_h_raw, _h_scaled = attention_entropy(_raw).mean().item(), attention_entropy(_scaled).mean().item()
+assert _h_raw < 0.5 * _h_scaled, (
+    f"d_k = 256: unscaled scores should give far more peaked rows, but the mean entropy is "
+    f"{_h_raw:.3f} raw against {_h_scaled:.3f} scaled")
 print("ex4 passed")
 
 # %% [markdown]
-# ## Summary
+# ## 10 · Summary
 #
 # * Attention is a soft dictionary lookup: queries are matched against keys by dot
 #   products, a row-wise softmax turns the scores into weights, and each output is the
@@ -683,8 +764,10 @@ print("ex4 passed")
 #   $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$, shapes
 #   `[B, T, d] → [B, T, T] → [B, T, d]`.
 # * Every row of weights is non-negative and sums to 1 (asserted above).
-# * Dividing by $\sqrt{d_k}$ keeps the scores at unit variance whatever the head size;
-#   without it the softmax saturates and its gradient vanishes (measured above).
+# * Dividing by $\sqrt{d_k}$ keeps the scores' variance from growing with the head size
+#   (unit variance when $q$ and $k$ have unit-variance components); without it the softmax
+#   saturates and its gradient vanishes for most queries while exploding for a few
+#   (measured above).
 # * Without positions, self-attention is permutation-equivariant: it sees a bag of words.
 # * Exported: `scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, scale=None)`
 #   returning `(output, weights)`, and `SingleHeadSelfAttention`. The `mask` (True = may

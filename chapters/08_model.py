@@ -29,22 +29,25 @@
 
 # %%
 import math
+import shutil
+import tempfile
 import time
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 
 from transformer.blocks import Decoder, EncoderBlock
 from transformer.masks import causal_mask
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## 1 · The pressure: the stacks speak vectors, the task speaks tokens
 #
 # The running example is a pair of token sequences. With one vocabulary for both
-# languages (as the paper uses, see section 3), it is a list of ids:
+# languages (as the paper uses, see section 2), it is a list of ids:
 
 # %%
 vocab = ["<pad>", "<bos>", "<eos>", "I", "love", "apples", "我", "喜欢", "苹果"]
@@ -96,21 +99,123 @@ print("decoder output:", tuple(states.shape), " <- one vector per position, not 
 # one byte-pair vocabulary of about 37,000 tokens for English-German), one table can
 # serve both embeddings ($E_{\text{src}} = E_{\text{tgt}}$, `share_embeddings=True`),
 # and the output layer can reuse it too ($W_{\text{out}} = E_{\text{tgt}}$,
-# `tie_output=True`; seed 004). Tying says: the score of word $w$ is the dot product of
-# the decoder state with $w$'s own embedding. `nn.Embedding.weight` and
+# `tie_output=True`; the paper takes this from Press and Wolf, 2017, "Using the Output
+# Embedding to Improve Language Models"). Tying says: the score of word $w$ is the
+# dot product of the decoder state with $w$'s own embedding. `nn.Embedding.weight` and
 # `nn.Linear.weight` both have shape `[V, d_model]`, so the same `Parameter` object
 # can be both, with no transpose. For the paper's base model this saves two tables of
 # $37000 \times 512 \approx 19$M numbers each.
 #
 # ## 3 · The code
 #
+# First, something every model of the book shares (chapter 11 adds a second one): it
+# **knows its configuration**. `model.config` is the plain dictionary of the arguments it
+# was built with, so `Transformer(**model.config)` builds the same architecture again, and
+# a saved model can describe itself (section 3's last part saves and loads one). The base
+# class keeps that dictionary, and after `load_state_dict` it restores what a state_dict
+# cannot hold: weights tied to each other (`tie_weights`) and computed tables such as the
+# positional encoding (`reset_buffers`, chapter 02).
+
+# %%
+#| export
+import copy
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class PretrainedModel(nn.Module):
+    """Base class of the book's models: a model that knows its configuration and saves itself.
+
+    A subclass passes the arguments of its constructor to `__init__` as a dict;
+    `model.config` returns a copy, so that `type(model)(**model.config)` rebuilds the
+    architecture. `save_pretrained(directory)` writes config.json and model.safetensors,
+    `from_pretrained(directory)` reads them back (section "Saving and loading").
+
+    After every `load_state_dict` (also `assign=True`, also into a model built on the meta
+    device and given memory by `to_empty`), it ties shared weights again (`tie_weights`)
+    and calls `reset_buffers(device)` on every submodule that has it, so that computed,
+    unsaved tables are rebuilt on the device of the parameters.
+
+    Args:
+        config: the constructor's arguments, JSON-able (str, int, float, bool, None,
+            lists and dicts of them).
+    """
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self._config = copy.deepcopy(config)
+        self.register_load_state_dict_post_hook(_after_loading)
+
+    @property
+    def config(self) -> dict:
+        """The constructor's arguments (a copy): `type(model)(**model.config)` rebuilds the model."""
+        return copy.deepcopy(self._config)
+
+    def tie_weights(self) -> None:
+        """Make shared parameters one Parameter again (nothing to do in this base class).
+
+        `to_empty` and `load_state_dict(..., assign=True)` give each name its own new
+        tensor; a subclass that ties weights overrides this to restore the sharing.
+        """
+
+    def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
+        """Write `config.json` and `model.safetensors` into directory (created if absent).
+
+        Args:
+            directory: the directory to write to.
+            metadata: JSON-able facts to keep with the model (stored under the
+                "metadata" key of config.json), or None.
+
+        Returns:
+            The directory, as a Path.
+
+        Raises:
+            ValueError: metadata or the config is not JSON-able, or the parameters do not
+                share one dtype.
+        """
+        return _save_pretrained(self, Path(directory), metadata)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: torch.device | str = "cpu"):
+        """Build the model saved in directory by save_pretrained, in eval mode.
+
+        Nothing is unpickled: the config is JSON, the weights safetensors. The model is
+        built on the meta device (no random initialisation), given memory on
+        map_location, and loaded bit for bit, tied weights tied.
+
+        Args:
+            directory: a directory written by `save_pretrained`.
+            map_location: the device for the weights (default "cpu").
+
+        Returns:
+            The model, an instance of this class, in eval mode.
+
+        Raises:
+            FileNotFoundError: the directory, config.json or model.safetensors is missing.
+            ValueError: a file is malformed (the message names it and says what is wrong),
+                or it holds another class of model.
+        """
+        return _from_pretrained(cls, Path(directory), map_location)
+
+
+def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
+    """load_state_dict's post-hook: tie weights again, rebuild computed buffers."""
+    model.tie_weights()
+    device = next(model.parameters()).device
+    for module in model.modules():
+        if hasattr(module, "reset_buffers"):  # PositionalEncoding's table (chapter 02)
+            module.reset_buffers(device)
+
+
+# %% [markdown]
 # The paper's two configurations have names, so that `Transformer(V, V,
 # **PAPER_CONFIGS["base"])` builds the base model.
 
 # %%
 #| export
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from transformer.blocks import Decoder, Encoder
 from transformer.embedding import TokenEmbedding
@@ -126,7 +231,7 @@ PAPER_CONFIGS: dict[str, dict] = {
 }
 
 
-class Transformer(nn.Module):
+class Transformer(PretrainedModel):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     forward(src [B, S], tgt [B, T]) -> logits [B, T, tgt_vocab_size] (never softmax:
@@ -157,7 +262,12 @@ class Transformer(nn.Module):
         share_embeddings: bool = False,
         tie_output: bool = False,
     ):
-        super().__init__()
+        super().__init__(dict(
+            src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+            num_heads=num_heads, num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
+            pad_id=pad_id, activation=activation, norm_first=norm_first,
+            share_embeddings=share_embeddings, tie_output=tie_output))
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, "
@@ -173,9 +283,13 @@ class Transformer(nn.Module):
         self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout,
                                activation, norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)  # decoder state -> vocabulary scores
-        if tie_output:
-            self.generator.weight = self.tgt_embed.embedding.weight  # one Parameter, two roles
+        self.tie_weights()
         self._reset_parameters()
+
+    def tie_weights(self) -> None:
+        """With tie_output, make the output layer's weight the target embedding table."""
+        if self._config["tie_output"]:
+            self.generator.weight = self.tgt_embed.embedding.weight  # one Parameter, two roles
 
     def _reset_parameters(self) -> None:
         # Xavier for the matrices that multiply activations (fan_in and fan_out are real
@@ -272,49 +386,248 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 
 
 # %% [markdown]
+# ### Saving and loading: a JSON config and safetensors weights
+#
+# A trained model is worth keeping, and loading it must not be dangerous. PyTorch's own
+# `torch.save` writes a *pickle*, and unpickling a file can run any code that the file
+# asks for (that is why `torch.load` now refuses anything but tensors unless told
+# `weights_only=False`, which nobody should tell it for a file from elsewhere). So a saved
+# model here is a directory of two files that hold data and nothing else:
+#
+# * `config.json`: the model's class, its `config`, the dtype, a format version and any
+#   JSON-able `metadata` (chapter 09 adds its training metrics);
+# * `model.safetensors`: the weights in the [safetensors](https://huggingface.co/docs/safetensors)
+#   format, a JSON header of names, dtypes and shapes followed by the raw bytes. A tied
+#   table is stored once (safetensors refuses to write two names for one memory, and its
+#   `save_model` keeps one of them).
+#
+# `from_pretrained` reverses it: read the config, build the model on the meta device
+# (shapes only, so no time is spent on a random initialisation that would be
+# overwritten), give it memory with `to_empty`, check every stored name, shape and dtype
+# against the model, and load. Every problem is reported with the file's name and what is
+# wrong with it.
+
+# %%
+#| export
+import inspect
+import json
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_model
+
+PRETRAINED_FORMAT = 1  # the version of the config.json layout below
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+def _json_text(name: str, value: object) -> str:
+    """value as JSON, or a ValueError naming it (NaN and infinity are not JSON)."""
+    try:
+        return json.dumps(value, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be JSON-able (str, int, float, bool, None, lists and "
+                         f"dicts of them; no NaN), got {value!r}: {err}") from None
+
+
+def _save_pretrained(model: PretrainedModel, directory: Path, metadata: dict | None) -> Path:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError(f"metadata must be a dict or None, got {type(metadata).__name__}")
+    dtypes = {p.dtype for p in model.parameters()}
+    if len(dtypes) != 1:
+        raise ValueError(f"save_pretrained needs all parameters in one dtype, got {sorted(map(str, dtypes))}")
+    _json_text("metadata", metadata)
+    document = {
+        "format_version": PRETRAINED_FORMAT,
+        "model_class": type(model).__name__,
+        "dtype": str(dtypes.pop()).removeprefix("torch."),
+        "config": model.config,
+        "metadata": metadata or {},
+    }
+    text = _json_text(f"{type(model).__name__}.config", document)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
+    save_model(model, str(directory / WEIGHTS_FILE))  # shared tensors stored once
+    return directory
+
+
+def _existing_file(directory: Path, name: str) -> Path:
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"{directory}: no such directory (a saved model is a directory holding "
+            f"{CONFIG_FILE} and {WEIGHTS_FILE}, written by save_pretrained)")
+    path = directory / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (save_pretrained writes {CONFIG_FILE} and {WEIGHTS_FILE})")
+    return path
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_pretrained_config(directory: str | Path) -> dict:
+    """Read and check the config.json of a directory written by save_pretrained.
+
+    Args:
+        directory: the saved model's directory.
+
+    Returns:
+        The parsed config.json: {"format_version", "model_class", "dtype", "config",
+        "metadata"}; "metadata" is {} when none was saved.
+
+    Raises:
+        FileNotFoundError: the directory or its config.json is missing.
+        ValueError: config.json is not valid JSON or lacks what save_pretrained writes;
+            the message names the file.
+    """
+    path = _existing_file(Path(directory), CONFIG_FILE)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: expected a JSON object {{...}}, got a {type(document).__name__}")
+    missing = [key for key in ("format_version", "model_class", "config") if key not in document]
+    if missing:
+        raise ValueError(f"{path}: lacks {missing}; it was not written by save_pretrained")
+    version = document["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= PRETRAINED_FORMAT:
+        raise ValueError(f"{path}: format_version {version!r} is not one this package reads "
+                         f"(1 to {PRETRAINED_FORMAT}); a newer package may have written it")
+    document.setdefault("metadata", {})
+    for key in ("config", "metadata"):
+        if not isinstance(document[key], dict):
+            raise ValueError(f"{path}: '{key}' must be a JSON object, got {document[key]!r}")
+    return document
+
+
+def _shared_names(model: nn.Module) -> dict[str, list[str]]:
+    """Each parameter's name -> every name of that same Parameter (tied weights share one)."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return {name: group for group in names.values() for name in group}
+
+
+def _build(cls: type, document: dict, path: Path) -> nn.Module:
+    """cls(**config) on the meta device, in the saved dtype; errors name config.json."""
+    if document["model_class"] != cls.__name__:
+        raise ValueError(f"{path}: holds a {document['model_class']}, not a {cls.__name__}; "
+                         f"load it with {document['model_class']}.from_pretrained")
+    dtype = getattr(torch, str(document.get("dtype", "float32")), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{path}: dtype {document.get('dtype')!r} is not a floating-point torch dtype")
+    config = document["config"]
+    accepted = inspect.signature(cls.__init__).parameters
+    unknown = sorted(set(config) - set(accepted))
+    if unknown:
+        raise ValueError(f"{path}: config keys {unknown} are not arguments of {cls.__name__}")
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no random initialisation
+            return cls(**config).to(dtype)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: its config does not build a {cls.__name__}: {err}") from None
+
+
+def _load_weights(model: nn.Module, path: Path, shared: dict[str, list[str]]) -> None:
+    """Load path's tensors into model after checking names, shapes and dtypes."""
+    device = next(model.parameters()).device
+    try:
+        stored = load_file(path, device=str(device))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+    expected = model.state_dict()  # name -> tensor of the right shape and dtype
+    unknown = sorted(stored.keys() - expected.keys())
+    if unknown:
+        raise ValueError(f"{path}: holds tensors that a {type(model).__name__} with this "
+                         f"config does not have: {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
+    full = {}  # every name the model expects, a tied weight under each of its names
+    for name in expected:
+        found = [alias for alias in shared.get(name, [name]) if alias in stored]
+        if not found:
+            raise ValueError(f"{path}: lacks the tensor {name!r} of the model")
+        tensor = full[name] = stored[found[0]]
+        want = expected[name]
+        if tensor.shape != want.shape or tensor.dtype != want.dtype:
+            raise ValueError(
+                f"{path}: tensor {found[0]!r} is {list(tensor.shape)} {tensor.dtype}, the model "
+                f"expects {list(want.shape)} {want.dtype} (do config.json and the weights match?)")
+    model.load_state_dict(full)  # the post-hook ties the weights and rebuilds the buffers
+
+
+def _from_pretrained(cls: type, directory: Path, map_location: torch.device | str) -> nn.Module:
+    try:
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"map_location must name a device such as 'cpu' or 'cuda:0', "
+                         f"got {map_location!r} ({err})") from None
+    document = read_pretrained_config(directory)
+    weights = _existing_file(directory, WEIGHTS_FILE)
+    model = _build(cls, document, directory / CONFIG_FILE)
+    shared = _shared_names(model)  # read before to_empty, which unties them
+    model.to_empty(device=device)
+    _load_weights(model, weights, shared)
+    return model.eval()
+
+
+# %% [markdown]
 # ### Initialisation: Xavier, but not for the embedding tables
 #
-# Seed 003 initialises every matrix with Xavier (Glorot) uniform,
+# A common recipe (used, for one, by Harvard NLP's "The Annotated Transformer")
+# initialises every matrix with Xavier (Glorot) uniform,
 # $W \sim U\big(-\sqrt{6/(n_{\text{in}} + n_{\text{out}})},\ \sqrt{6/(n_{\text{in}} + n_{\text{out}})}\big)$,
 # i.e. variance $2/(n_{\text{in}} + n_{\text{out}})$. For a `Linear` layer this keeps the
 # variance of activations and of gradients roughly constant from layer to layer,
-# which is what it was designed for. An embedding table `[V, d_model]` is not such a
-# layer: a lookup reads one row, nothing is summed over $V$ inputs, so "$n_{\text{in}} =
-# V$" means nothing, and Xavier's scale would depend on the vocabulary size. What
-# the table needs is that $\sqrt{d_{\text{model}}}\,E[w]$ (the paper's scaled
-# embedding) has entries of variance about 1, comparable to the positional signal
-# (its sines and cosines have variance 1/2), so that neither drowns the other. That
-# is chapter 01's $\mathcal{N}(0, 1/d_{\text{model}})$. With a tied output layer the same
-# table also produces the logits, $z_w = h \cdot E[w]$ with $h$ a LayerNorm output
-# (entries of variance 1), so the logits start with variance about $d_{\text{model}}
-# \cdot 1/d_{\text{model}} = 1$: small, and the first predictions are close to uniform.
+# which is what it was designed for (Glorot and Bengio, 2010, "Understanding the
+# difficulty of training deep feedforward neural networks"). An embedding table
+# `[V, d_model]` is not such a layer: a lookup reads one row, nothing is summed over
+# $V$ inputs, so "$n_{\text{in}} = V$" means nothing, and Xavier's scale would depend
+# on the vocabulary size. What the table needs is that $\sqrt{d_{\text{model}}}\,E[w]$
+# (the paper's scaled embedding) has entries of variance about 1, comparable to the
+# positional signal (each sine-cosine pair has $\sin^2 + \cos^2 = 1$, so the table's
+# entries have mean square 1/2, root mean square 0.707), so that neither drowns the
+# other. That is chapter 01's $\mathcal{N}(0, 1/d_{\text{model}})$. With a tied output
+# layer the same table also produces the logits, $z_w = h \cdot E[w]$ with $h$ a
+# LayerNorm output (entries of variance 1), so the logits start with variance about
+# $d_{\text{model}} \cdot 1/d_{\text{model}} = 1$: small, and the first predictions
+# are close to uniform (section 4 measures it).
 #
 # So the model applies Xavier to every weight matrix of the encoder, the decoder and
-# an untied output layer, and leaves the embedding tables to `TokenEmbedding`. Measured:
+# an untied output layer, and leaves the embedding tables to `TokenEmbedding`. We
+# measure the size of each signal as its root mean square (rms) entry:
 
 # %%
 torch.manual_seed(0)
 d_paper = 512
-pe_std = 0.5 ** 0.5  # a sinusoid's standard deviation
-print(f"{'V':>6s}  {'Xavier: std of sqrt(d)*E':>25s}  {'N(0,1/d): std of sqrt(d)*E':>27s}  PE std")
+
+
+def rms(t: torch.Tensor) -> float:
+    """Root mean square of the entries of t: the typical size of one entry."""
+    return t.pow(2).mean().sqrt().item()
+
+
+pe_rms = rms(PositionalEncoding(d_paper, max_len=512, dropout=0.0).pe)  # [512, 512] table
+print(f"{'V':>6s}  {'Xavier: rms of sqrt(d)*E':>25s}  {'N(0,1/d): rms of sqrt(d)*E':>27s}  PE rms")
 for V in (32, 1000, 37000):
     table = torch.empty(V, d_paper)
     nn.init.xavier_uniform_(table)
-    xavier_std = (table * math.sqrt(d_paper)).std().item()
-    ours_std = (TokenEmbedding(V, d_paper).embedding.weight * math.sqrt(d_paper)).std().item()
-    print(f"{V:6d}  {xavier_std:25.3f}  {ours_std:27.3f}  {pe_std:.3f}")
+    xavier_rms = rms(table * math.sqrt(d_paper))
+    ours_rms = rms(TokenEmbedding(V, d_paper).embedding.weight * math.sqrt(d_paper))
+    print(f"{V:6d}  {xavier_rms:25.3f}  {ours_rms:27.3f}  {pe_rms:.3f}")
+assert abs(pe_rms - 0.5 ** 0.5) < 1e-4 and 0.95 < ours_rms < 1.05 and xavier_rms < pe_rms / 4
 
 # %% [markdown]
 # With the paper's 37,000-token vocabulary, Xavier would make the token signal
 # (0.165) four times weaker than the position signal (0.707): the first layers would
-# mostly see *where* a token is, not *which* token it is. (For a toy vocabulary the
-# two happen to agree, which is how the problem hides in small experiments.)
+# mostly see *where* a token is, not *which* token it is. (For small vocabularies
+# Xavier's scale stays near 1, 1.37 at $V = 32$ and 0.82 at $V = 1000$, which is how
+# the problem hides in small experiments.)
 #
-# ## 4 · Shape trace of seed 000's demo
+# ## 4 · Shape trace of a padded batch
 #
-# Seed 000 ends with a two-sentence batch: a source `[2, 6]` and a decoder input
-# `[2, 4]`, both padded with id 0, a vocabulary of 32, `d_model = 32`, 4 heads, 2+2
-# layers. We follow it through the model step by step.
+# A batch of two sentences: a source `[2, 6]` and a decoder input `[2, 4]`, both
+# padded with id 0, a vocabulary of 40, `d_model = 32`, 8 heads, 2 + 2 layers (sizes
+# chosen so that no two axes of a tensor share a length, except the square target
+# mask). We follow it through the model step by step.
 
 # %%
 torch.manual_seed(0)
@@ -323,7 +636,7 @@ demo_src = torch.tensor([[1, 5, 7, 9, 2, 0],
                          [1, 8, 4, 2, 0, 0]])
 demo_tgt = torch.tensor([[1, 6, 3, 2],
                          [1, 9, 2, 0]])
-demo = Transformer(src_vocab_size=32, tgt_vocab_size=32, d_model=32, num_heads=4,
+demo = Transformer(src_vocab_size=40, tgt_vocab_size=40, d_model=32, num_heads=8,
                    num_encoder_layers=2, num_decoder_layers=2, d_ff=64, dropout=0.1,
                    max_len=32, pad_id=0).eval()
 
@@ -346,8 +659,8 @@ with torch.no_grad():
 print("parameters:", f"{count_parameters(demo):,}")
 
 # %% [markdown]
-# `logits[b, t]` holds 32 scores: the model's opinion about the token that follows
-# position `t` of sentence `b`. The target mask of the second sentence shows both
+# `logits[b, t]` holds 40 scores, one per vocabulary entry: the model's opinion
+# about the token that follows position `t` of sentence `b`. The target mask of the second sentence shows both
 # of its ingredients, causality (the triangle) and the padded last position (its
 # column is False everywhere):
 
@@ -357,8 +670,8 @@ print(tgt_mask[1, 0].int())
 # %% [markdown]
 # ### Logits, never softmax
 #
-# The model returns logits and leaves the softmax to whoever needs probabilities
-# (seed 004). Training uses `F.cross_entropy`, which applies `log_softmax` inside,
+# The model returns logits and leaves the softmax to whoever needs probabilities.
+# Training uses `F.cross_entropy`, which applies `log_softmax` inside,
 # computed stably as $z_i - \log\sum_j e^{z_j}$ with the maximum subtracted first;
 # a model that returned probabilities would force `log(softmax(z))`, which breaks as
 # soon as the model is confident:
@@ -388,10 +701,10 @@ print("loss if the right answer is token 0:", loss_probs.item(), "vs", round(los
 
 # %%
 decoder_input, labels = tgt_ids[:, :-1], tgt_ids[:, 1:]
-print(f"{'position':>8s}  {'decoder sees':24s}  {'must predict':12s}")
+print("position t: the decoder sees  ->  must predict")
 for t in range(decoder_input.size(1)):
     seen = " ".join(vocab[i] for i in decoder_input[0, : t + 1].tolist())
-    print(f"{t:8d}  {seen:24s}  {vocab[labels[0, t].item()]}")
+    print(f"position {t}: {seen}  ->  {vocab[labels[0, t].item()]}")
 
 torch.manual_seed(0)
 toy = Transformer(len(vocab), len(vocab), d_model=32, num_heads=4, num_encoder_layers=2,
@@ -401,14 +714,28 @@ with torch.no_grad():
     toy_logits = toy(src_ids, decoder_input)  # [1, 4, 9]
 loss = F.cross_entropy(toy_logits.flatten(0, 1), labels.flatten())
 print("logits", tuple(toy_logits.shape), "| untrained loss", round(loss.item(), 3),
-      "| uniform guess ln(V) =", round(math.log(len(vocab)), 3))
+      "| uniform guess ln(V) =", round(math.log(len(vocab)), 3),
+      "| logit variance", round(toy_logits.var(-1).mean().item(), 2))
 
 # %% [markdown]
 # The untrained model's loss is near $\ln V$, the loss of a uniform guess. It sits
-# about half a nat above it, as expected: logits with variance $\sigma^2 \approx 1$
-# (the tied initialisation above) cost about $\sigma^2/2$ on average. Had the table
-# been drawn from chapter 01's unscaled $\mathcal{N}(0, 1)$, the logits would have
-# variance $d_{\text{model}}$ (32 here) and the first loss would be several nats higher.
+# about half a nat above it, as expected: with logits of variance $\sigma^2$ over
+# many words, $\mathbb{E}\,e^{z} = e^{\sigma^2/2}$ puts the expected loss near
+# $\ln V + \sigma^2/2$, and the tied initialisation above gives $\sigma^2 \approx 1$
+# (0.79 here). Had the table been drawn from PyTorch's default $\mathcal{N}(0, 1)$
+# (chapter 01), the logits would have variance about $d_{\text{model}}$ (32 here) and
+# the first loss would be several nats higher. The same model with such a table:
+
+# %%
+torch.manual_seed(1)
+unscaled = copy.deepcopy(toy)
+with torch.no_grad():
+    unscaled.src_embed.embedding.weight.normal_(0.0, 1.0)  # one table: embeddings and output layer
+    unscaled_logits = unscaled(src_ids, decoder_input)  # [1, 4, 9]
+unscaled_loss = F.cross_entropy(unscaled_logits.flatten(0, 1), labels.flatten())
+print("N(0, 1) table: untrained loss", round(unscaled_loss.item(), 3),
+      "| logit variance", round(unscaled_logits.var(-1).mean().item(), 1))
+assert unscaled_loss > loss + 2  # several nats worse before training even starts
 #
 # ## 5 · Checks
 #
@@ -468,6 +795,76 @@ show_error(lambda: model(torch.randint(1, 50, (3, 21)), tgt))
 show_error(lambda: model(src, tgt + 100))  # ids outside the vocabulary
 
 # %% [markdown]
+# **Saving and loading.** The shared, tied `toy` model of section 4 goes into a directory
+# and comes back. The round trip must be exact, bit for bit, and the one table must still
+# be one `Parameter` in three roles:
+
+# %%
+workdir = Path(tempfile.mkdtemp())
+saved = toy.save_pretrained(workdir / "toy", metadata={"trained": False})
+print("files:", sorted(p.name for p in saved.iterdir()))
+print((saved / "config.json").read_text())
+with safe_open(saved / "model.safetensors", framework="pt") as f:
+    print(f"{len(f.keys())} tensors stored for {len(toy.state_dict())} names in the state_dict "
+          "(the table once, not three times)")
+
+loaded = Transformer.from_pretrained(saved)
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32)  # float32 -> its bit pattern, so that equal means bit for bit
+
+
+assert all(torch.equal(bits(a), bits(b))
+           for a, b in zip(toy.state_dict().values(), loaded.state_dict().values(), strict=True))
+assert loaded.src_embed.embedding.weight is loaded.tgt_embed.embedding.weight is loaded.generator.weight
+with torch.no_grad():
+    assert torch.equal(loaded(src_ids, decoder_input), toy(src_ids, decoder_input))
+assert read_pretrained_config(saved)["metadata"] == {"trained": False} and not loaded.training
+print("round trip exact; tied weights still one Parameter; loaded in eval mode")
+
+# %% [markdown]
+# The same holds for a model built on the meta device and filled by hand, the way large
+# models are loaded: after `load_state_dict` the tied table is one `Parameter` again and
+# chapter 02's positional table is computed again (`to_empty` left it holding garbage).
+
+# %%
+for assign in (False, True):
+    with torch.device("meta"):
+        shell = Transformer(**toy.config).eval()
+    if not assign:
+        shell.to_empty(device="cpu")  # memory for every tensor, contents arbitrary
+    shell.load_state_dict(toy.state_dict(), assign=assign)
+    with torch.no_grad():
+        assert torch.equal(shell(src_ids, decoder_input), toy(src_ids, decoder_input))
+    assert shell.generator.weight is shell.src_embed.embedding.weight
+    print(f"meta device + {'load_state_dict(assign=True)' if assign else 'to_empty + load_state_dict'}: "
+          f"outputs identical, table on {shell.positional.pe.device}")
+
+# %% [markdown]
+# A damaged or wrong directory is refused with the file's name and what is wrong with it
+# (the temporary directory is shown as `<dir>`):
+
+# %%
+def show_load_error(directory: Path) -> None:
+    try:
+        Transformer.from_pretrained(directory)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"{type(err).__name__}: {str(err).replace(str(workdir), '<dir>')}")
+
+
+broken = workdir / "broken"
+shutil.copytree(saved, broken)
+weights = (broken / "model.safetensors").read_bytes()
+(broken / "model.safetensors").write_bytes(weights[: len(weights) // 2])  # a truncated copy
+show_load_error(broken)
+(broken / "model.safetensors").write_bytes(weights)
+config = json.loads((broken / "config.json").read_text())
+config["config"]["d_ff"] = 128  # weights of d_ff=64
+(broken / "config.json").write_text(json.dumps(config))
+show_load_error(broken)
+show_load_error(workdir / "missing")
+shutil.rmtree(workdir)
+
+# %% [markdown]
 # ## 6 · Parameter count against the paper's Table 3
 #
 # The paper reports 65M parameters for the base model and 213M for the big one, with
@@ -516,10 +913,11 @@ for name, r in rows.items():
 #   37,000" is all the paper says about $V$.
 # * **No single vocabulary reproduces both numbers.** Solving for the vocabulary that
 #   would give exactly 65M for the base model gives $V \approx 40{,}700$; for 213M with the big
-#   model, $V \approx 35{,}700$. The paper's two figures are rounded, and were evidently
-#   counted with slightly different bookkeeping; 5% is the honest tolerance.
+#   model, $V \approx 35{,}700$ (printed below). The paper's two figures are rounded, and
+#   it does not say exactly how it counted; 5% is the honest tolerance.
 # * **Tying matters.** Without sharing and tying, the base model would have three
-#   tables, $2 \times 18.9$M more: 101M, far from 65M. The paper's count confirms that it ties.
+#   tables, $2 \times 18.9$M more: 101M (printed below), far from 65M. The paper's count
+#   agrees with what it says it does: it ties.
 # * Positions cost nothing: the sinusoidal table is a buffer, not a parameter.
 
 # %%
@@ -528,11 +926,17 @@ for name, r in rows.items():
     implied_vocab = (paper_millions[name] * 1e6 - layers) / (PAPER_CONFIGS[name]["d_model"] + 1)
     print(f"{name}: layers {layers / 1e6:.1f}M, table {r['embeddings'] / 1e6:.1f}M; "
           f"vocabulary that would give exactly {paper_millions[name]}M: {implied_vocab:,.0f}")
+with torch.device("meta"):
+    untied_base = Transformer(V_PAPER, V_PAPER, **PAPER_CONFIGS["base"])  # three tables
+print(f"base without sharing or tying: {count_parameters(untied_base) / 1e6:.1f}M")
+assert count_parameters(untied_base) - rows["base"]["total"] == 2 * V_PAPER * 512
+assert count_parameters(PositionalEncoding(512, max_len=512, dropout=0.1)) == 0  # a buffer only
 
 # %% [markdown]
 # ## 7 · Complexity: the $n^2$ attention matrix
 #
-# Per layer, with source length $n$, target length $m$ and width $d$ (seed 000):
+# Per layer, with source length $n$, target length $m$ and width $d$ (the paper's
+# Table 1 gives the self-attention row):
 #
 # | sublayer | time | attention matrix |
 # |---|---|---|
@@ -637,13 +1041,19 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# At short lengths the linear parts (projections, FFN) dominate and the curves run
-# parallel to $n$; from a few hundred tokens on, the attention matrix takes over and
-# both time and memory bend towards $n^2$. (The last step of the time curve is often
-# even steeper than $n^2$: at $n = 1024$ the four $n \times n$ matrices, 16 MB, no
-# longer fit in the processor's cache.) This is why sentence-level translation is
-# cheap and why long documents need other tricks (memory-efficient attention kernels
-# that never store the matrix, sparse or linear attention).
+# At short lengths the parts that grow linearly (projections, FFN) and fixed
+# overheads dominate: memory and time grow no faster than $n$ (memory 0.41 MB at
+# $n = 64$, 0.81 MB at 128). From a few hundred tokens on, the attention matrices take
+# over and both curves bend towards $n^2$: from $n = 512$ to $1024$ the memory more
+# than triples (the printed table), and from $256$ to $1024$ the time grows well
+# beyond the 4 times a linear cost would take (the assertion above checks both). The
+# last step of the time curve is often steeper than $n^2$; the arithmetic grows at
+# most fourfold when $n$ doubles, so the rest comes from the machine (caches, memory
+# traffic), not from the model. This is why sentence-level translation is cheap and
+# why long documents need other tricks: attention kernels that never store the
+# matrix (Dao et al., 2022, "FlashAttention"), sparse attention (Child et al., 2019,
+# "Generating Long Sequences with Sparse Transformers") or linear attention
+# (Katharopoulos et al., 2020, "Transformers are RNNs").
 #
 # ### Hooks for generation
 #
@@ -660,9 +1070,10 @@ plt.show()
 # forward pass with a shifted target gives a prediction at every position.
 #
 # What is missing is everything the model should *know*: its weights are random,
-# and the loss sits at $\ln V$. Chapter 09 builds the toy English-Chinese corpus and
-# the training loop (teacher forcing, label smoothing, the warm-up that Post-LN
-# needs), and chapter 10 turns logits into translations.
+# and the loss sits near $\ln V$, the loss of a uniform guess. Chapter 09 builds the
+# toy English-Chinese corpus and the training loop (teacher forcing, label
+# smoothing, the warm-up that Post-LN needs), and chapter 10 turns logits into
+# translations.
 #
 # ## 9 · Exercises
 #
@@ -670,7 +1081,7 @@ plt.show()
 # Write `shift_for_teacher_forcing(tgt)` that takes full target sequences `[B, T]`
 # (`<bos> ... <eos>` plus padding) and returns `(decoder_input, labels)`, each
 # `[B, T-1]`: the input without the last token, the labels without the first. The
-# check uses a padded batch.
+# check uses padded batches of two different lengths.
 
 # %%
 def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -682,10 +1093,25 @@ def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 # %%
 #| check ex1-shift
-batch = torch.tensor([[1, 6, 7, 8, 2], [1, 6, 2, 0, 0]])
-inp, lab = shift_for_teacher_forcing(batch)
-assert inp.tolist() == [[1, 6, 7, 8], [1, 6, 2, 0]]
-assert lab.tolist() == [[6, 7, 8, 2], [6, 2, 0, 0]]
+_batches = [torch.tensor([[1, 6, 7, 8, 2], [1, 6, 2, 0, 0]]),  # <bos> 我 喜欢 苹果 <eos>, padded
+            torch.tensor([[1, 9, 4, 4, 7, 6, 2], [1, 5, 2, 0, 0, 0, 0], [1, 3, 8, 2, 0, 0, 0]])]
+for _tgt in _batches:
+    _b, _t = _tgt.shape
+    _result = shift_for_teacher_forcing(_tgt)
+    assert isinstance(_result, tuple) and len(_result) == 2, (
+        f"expected a pair (decoder_input, labels), got {type(_result).__name__}")
+    for _what, _got, _want in (
+            ("decoder_input", _result[0], [row[:-1] for row in _tgt.tolist()]),  # drop the last column
+            ("labels", _result[1], [row[1:] for row in _tgt.tolist()])):  # drop the first column
+        assert tuple(_got.shape) == (_b, _t - 1), (
+            f"for a target batch of shape [{_b}, {_t}], expected {_what} of shape "
+            f"[{_b}, {_t - 1}], got {list(_got.shape)}")
+        for _row, (_g, _w) in enumerate(zip(_got.tolist(), _want, strict=True)):
+            assert _g == _w, (
+                f"{_what}, sentence {_row} of {_tgt.tolist()}: expected {_w}, got {_g}. "
+                "The decoder input is each sentence without its last column (a short "
+                "sentence keeps its <eos> = 2; its label there is padding), the labels "
+                "without the first column (<bos>)")
 print("ex1 passed")
 
 # %% [markdown]
@@ -711,14 +1137,32 @@ def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
 # %%
 #| check ex2-target-mask
 torch.manual_seed(22)
-checker = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1,
-                      num_decoder_layers=1, d_ff=32, pad_id=3)
+_checker = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1,
+                       num_decoder_layers=1, d_ff=32, pad_id=3)
 for _ in range(5):
-    ids = torch.randint(0, 20, (4, 7))
-    ids[:, 5:] = 3  # padding at the end
-    mine = target_mask(ids, pad_id=3)
-    assert mine.dtype == torch.bool and mine.shape == (4, 1, 7, 7)
-    assert torch.equal(mine, checker.make_tgt_mask(ids).expand(4, 1, 7, 7))
+    _ids = torch.randint(0, 20, (4, 7))  # may hold 0 and 3 anywhere
+    _ids[:, 5:] = 3  # padding (pad_id 3) at the end
+    _mine = target_mask(_ids, pad_id=3)
+    assert isinstance(_mine, torch.Tensor) and tuple(_mine.shape) == (4, 1, 7, 7), (
+        "for ids of shape [4, 7] expected a mask of shape [4, 1, 7, 7] (batch, a head axis "
+        "of size 1, query, key), got "
+        f"{list(_mine.shape) if isinstance(_mine, torch.Tensor) else type(_mine).__name__}")
+    assert _mine.dtype == torch.bool, f"expected a bool mask (True = may attend), got {_mine.dtype}"
+    _want = _checker.make_tgt_mask(_ids).expand(4, 1, 7, 7)
+    _wrong = (_mine != _want).nonzero().tolist()
+    if _wrong:
+        _b, _, _i, _j = _wrong[0]
+        _token = _ids[_b, _j].item()
+        _why = (f"key {_j} comes after query {_i}" if _j > _i
+                else f"key {_j} is padding (token {_token} = pad_id)" if _token == 3
+                else f"key {_j} is at or before query {_i} and its token {_token} is not padding")
+        if _ids[_b, _i].item() == 3 and _token != 3:
+            _why += (f"; query {_i} is padding, but only padded keys (columns) are hidden: "
+                     "a padded query row still sees the real keys up to itself")
+    assert not _wrong, (
+        f"{len(_wrong)} wrong entries; the first: [{_b}, 0, {_i}, {_j}] is {_mine[_b, 0, _i, _j].item()}, "
+        f"expected {_want[_b, 0, _i, _j].item()}, because {_why} (ids of sentence {_b}: "
+        f"{_ids[_b].tolist()}, pad_id 3)")
 print("ex2 passed")
 
 # %% [markdown]
@@ -745,11 +1189,17 @@ def transformer_params(vocab: int, d_model: int, d_ff: int, num_layers: int) -> 
 
 # %%
 #| check ex3-param-formula
-for v, d, h, f, n in [(100, 16, 2, 32, 1), (1000, 64, 4, 256, 3), (37000, 512, 8, 2048, 6),
-                      (37000, 1024, 16, 4096, 6)]:
+for _v, _d, _h, _f, _n in [(100, 16, 2, 32, 1), (1000, 64, 4, 200, 3), (37000, 512, 8, 2048, 6),
+                           (37000, 1024, 16, 4096, 6)]:
     with torch.device("meta"):
-        m = Transformer(v, v, d, h, n, n, d_ff=f, share_embeddings=True, tie_output=True)
-    assert transformer_params(v, d, f, n) == count_parameters(m), (v, d, f, n)
+        _m = Transformer(_v, _v, _d, _h, _n, _n, d_ff=_f, share_embeddings=True, tie_output=True)
+    _expected, _got = count_parameters(_m), transformer_params(_v, _d, _f, _n)
+    assert _got == _expected, (
+        f"vocab={_v}, d_model={_d}, d_ff={_f}, num_layers={_n}: count_parameters gives "
+        f"{_expected:,}, your formula {_got:,} (off by {_got - _expected:+,}). The model holds: "
+        f"one shared table {_m.src_embed.embedding.weight.numel():,}, encoder "
+        f"{count_parameters(_m.encoder):,}, decoder {count_parameters(_m.decoder):,}, "
+        f"output bias {_m.generator.bias.numel():,}")
 print("ex3 passed")
 
 # %% [markdown]

@@ -38,7 +38,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book, recorded_seconds  # noqa: E402
+from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book, stored_seconds  # noqa: E402
 from toy_chapter import CHEATS, toy_chapter  # noqa: E402
 
 pytestmark = pytest.mark.nbgrader
@@ -64,10 +64,10 @@ def shards(chapters, count: int):
     """Split chapters into `count` groups of about equal run time (longest first)."""
     groups: list[list] = [[] for _ in range(count)]
     loads = [0.0] * count
-    for chapter in sorted(chapters, key=recorded_seconds, reverse=True):
+    for chapter in sorted(chapters, key=lambda c: stored_seconds(c.notebook), reverse=True):
         emptiest = loads.index(min(loads))
         groups[emptiest].append(chapter)
-        loads[emptiest] += recorded_seconds(chapter)
+        loads[emptiest] += max(stored_seconds(chapter.notebook), 1.0)
     return [g for g in groups if g]
 
 

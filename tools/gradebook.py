@@ -43,7 +43,7 @@ from notebooks import (  # noqa: E402
     Chapter,
     read_book,
     read_chapter,
-    recorded_seconds,
+    stored_seconds,
 )
 
 EXERCISES = Path(__file__).resolve().parent / "exercises.py"
@@ -246,7 +246,7 @@ def main(args: argparse.Namespace) -> int:
             except Exception as err:  # noqa: BLE001 - reported as a row
                 chapter, why = None, f"not a readable notebook: {type(err).__name__}: {err}"
         jobs_list.append((path, root, chapter, why))
-    jobs_list.sort(key=lambda job: -recorded_seconds(job[2]) if job[2] else 0)
+    jobs_list.sort(key=lambda job: -stored_seconds(job[2].notebook) if job[2] else 0)
 
     def one(job) -> tuple[dict, str]:
         path, root, chapter, why = job

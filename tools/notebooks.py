@@ -100,19 +100,18 @@ class Chapter:
         return seen
 
 
-def recorded_seconds(chapter: Chapter) -> float:
-    """How long the chapter's committed run took, from nbclient's per-cell timing
-    metadata (a guide for scheduling; 10 s when the notebook records none)."""
+def stored_seconds(notebook: nbformat.NotebookNode) -> float:
+    """How long the committed run took, from its cells' timestamps (0 if it has none).
+
+    nbclient records them; `make book` and `make grade` start the longest chapters first.
+    """
     from datetime import datetime
 
-    total = 0.0
-    for cell in chapter.notebook.cells:
-        timing = cell.metadata.get("execution", {})
-        if "iopub.status.busy" in timing and "iopub.status.idle" in timing:
-            busy, idle = (datetime.fromisoformat(timing[key].rstrip("Z"))
-                          for key in ("iopub.status.busy", "iopub.status.idle"))
-            total += (idle - busy).total_seconds()
-    return total or 10.0
+    times = [datetime.fromisoformat(cell.metadata["execution"][key].replace("Z", "+00:00"))
+             for cell in notebook.cells if "execution" in cell.get("metadata", {})
+             for key in ("iopub.execute_input", "shell.execute_reply")
+             if key in cell.metadata["execution"]]
+    return (max(times) - min(times)).total_seconds() if times else 0.0
 
 
 def directive(line: str) -> tuple[str, str] | None:

@@ -19,7 +19,7 @@ from transformer.feedforward import ACTIVATIONS, FeedForward
 # chapter 07: Encoder and decoder blocks
 from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model
-from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
+from transformer.model import PretrainedModel, PAPER_CONFIGS, Transformer, count_parameters, PRETRAINED_FORMAT, read_pretrained_config
 # chapter 09: Training: teaching the model to translate
 from transformer.training import shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, evaluate_loss, train, TRANSLATOR_CHECKPOINT, CHECKPOINT_FORMAT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
 # chapter 09: Training: teaching the model to translate
@@ -45,9 +45,12 @@ __all__ = [
     "DecoderBlock",
     "Encoder",
     "Decoder",
+    "PretrainedModel",
     "PAPER_CONFIGS",
     "Transformer",
     "count_parameters",
+    "PRETRAINED_FORMAT",
+    "read_pretrained_config",
     "shift_targets",
     "label_smoothed_cross_entropy",
     "noam_lr",

@@ -45,7 +45,7 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> Tensor:
     extra = mask.dim() - len(scores_shape)
     if extra > 0 and all(n == 1 for n in mask.shape[:extra]):
         mask = mask.view(mask.shape[extra:])
-    # Plain integer comparisons: torch.broadcast_shapes costs ~100x more, on the hot path.
+    # Plain integer comparisons: torch.broadcast_shapes costs tens of times more, on the hot path.
     tail = scores_shape[len(scores_shape) - mask.dim():] if mask.dim() <= len(scores_shape) else None
     if tail is None or not all(m in (1, s) for m, s in zip(mask.shape, tail, strict=True)):
         raise ValueError(

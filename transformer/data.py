@@ -182,7 +182,7 @@ def generate_corpus(size: int = 30_000, seed: int = 0) -> list[tuple[str, str]]:
             pairs.setdefault(en, zh)
     return list(pairs.items())
 
-# %% chapters/09_training.ipynb, cell 11
+# %% chapters/09_training.ipynb, cell 13
 def is_held_out(english: str) -> bool:
     """True if an English sentence holds one of HELD_OUT_COMBINATIONS (a word of each group).
 
@@ -233,7 +233,7 @@ def split_corpus(pairs: Sequence[tuple[str, str]], valid_size: int = 1000, test_
     test = test + held[:held_out_size]
     return CorpusSplit(train, valid, test)
 
-# %% chapters/09_training.ipynb, cell 15
+# %% chapters/09_training.ipynb, cell 17
 def tokenize(text: str) -> list[str]:
     """Split a sentence into words: str -> list[str].
 
@@ -249,7 +249,7 @@ def tokenize(text: str) -> list[str]:
     words = re.sub(r"([?？])", r" \1 ", text).lower().split()
     return ["I" if word == "i" else word for word in words]
 
-# %% chapters/09_training.ipynb, cell 16
+# %% chapters/09_training.ipynb, cell 18
 class Vocab:
     """A word <-> id table with the special tokens `<pad>`=0, `<bos>`=1, `<eos>`=2, `<unk>`=3.
 
@@ -343,7 +343,7 @@ class Vocab:
             raise ValueError(f"a vocabulary must start with {SPECIAL_TOKENS}, got {itos[:4]}")
         return cls(itos[len(SPECIAL_TOKENS):])
 
-# %% chapters/09_training.ipynb, cell 20
+# %% chapters/09_training.ipynb, cell 22
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
     """B lists of ids -> LongTensor [B, T], T = the longest, right-padded with `pad_id`.
 

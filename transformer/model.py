@@ -2,8 +2,100 @@
 """The full encoder-decoder model: the code that chapter 08 builds."""
 
 # %% chapters/08_model.ipynb, cell 8
+import copy
+from pathlib import Path
+
 import torch
-from torch import Tensor, nn
+from torch import nn
+
+
+class PretrainedModel(nn.Module):
+    """Base class of the book's models: a model that knows its configuration and saves itself.
+
+    A subclass passes the arguments of its constructor to `__init__` as a dict;
+    `model.config` returns a copy, so that `type(model)(**model.config)` rebuilds the
+    architecture. `save_pretrained(directory)` writes config.json and model.safetensors,
+    `from_pretrained(directory)` reads them back (section "Saving and loading").
+
+    After every `load_state_dict` (also `assign=True`, also into a model built on the meta
+    device and given memory by `to_empty`), it ties shared weights again (`tie_weights`)
+    and calls `reset_buffers(device)` on every submodule that has it, so that computed,
+    unsaved tables are rebuilt on the device of the parameters.
+
+    Args:
+        config: the constructor's arguments, JSON-able (str, int, float, bool, None,
+            lists and dicts of them).
+
+    Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
+    """
+
+    def __init__(self, config: dict):
+        super().__init__()
+        self._config = copy.deepcopy(config)
+        self.register_load_state_dict_post_hook(_after_loading)
+
+    @property
+    def config(self) -> dict:
+        """The constructor's arguments (a copy): `type(model)(**model.config)` rebuilds the model."""
+        return copy.deepcopy(self._config)
+
+    def tie_weights(self) -> None:
+        """Make shared parameters one Parameter again (nothing to do in this base class).
+
+        `to_empty` and `load_state_dict(..., assign=True)` give each name its own new
+        tensor; a subclass that ties weights overrides this to restore the sharing.
+        """
+
+    def save_pretrained(self, directory: str | Path, metadata: dict | None = None) -> Path:
+        """Write `config.json` and `model.safetensors` into directory (created if absent).
+
+        Args:
+            directory: the directory to write to.
+            metadata: JSON-able facts to keep with the model (stored under the
+                "metadata" key of config.json), or None.
+
+        Returns:
+            The directory, as a Path.
+
+        Raises:
+            ValueError: metadata or the config is not JSON-able, or the parameters do not
+                share one dtype.
+        """
+        return _save_pretrained(self, Path(directory), metadata)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: torch.device | str = "cpu"):
+        """Build the model saved in directory by save_pretrained, in eval mode.
+
+        Nothing is unpickled: the config is JSON, the weights safetensors. The model is
+        built on the meta device (no random initialisation), given memory on
+        map_location, and loaded bit for bit, tied weights tied.
+
+        Args:
+            directory: a directory written by `save_pretrained`.
+            map_location: the device for the weights (default "cpu").
+
+        Returns:
+            The model, an instance of this class, in eval mode.
+
+        Raises:
+            FileNotFoundError: the directory, config.json or model.safetensors is missing.
+            ValueError: a file is malformed (the message names it and says what is wrong),
+                or it holds another class of model.
+        """
+        return _from_pretrained(cls, Path(directory), map_location)
+
+
+def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
+    """load_state_dict's post-hook: tie weights again, rebuild computed buffers."""
+    model.tie_weights()
+    device = next(model.parameters()).device
+    for module in model.modules():
+        if hasattr(module, "reset_buffers"):  # PositionalEncoding's table (chapter 02)
+            module.reset_buffers(device)
+
+# %% chapters/08_model.ipynb, cell 10
+from torch import Tensor
 
 from transformer.blocks import Decoder, Encoder
 from transformer.embedding import TokenEmbedding
@@ -19,7 +111,7 @@ PAPER_CONFIGS: dict[str, dict] = {
 }
 
 
-class Transformer(nn.Module):
+class Transformer(PretrainedModel):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     forward(src [B, S], tgt [B, T]) -> logits [B, T, tgt_vocab_size] (never softmax:
@@ -52,7 +144,12 @@ class Transformer(nn.Module):
         share_embeddings: bool = False,
         tie_output: bool = False,
     ):
-        super().__init__()
+        super().__init__(dict(
+            src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
+            num_heads=num_heads, num_encoder_layers=num_encoder_layers,
+            num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
+            pad_id=pad_id, activation=activation, norm_first=norm_first,
+            share_embeddings=share_embeddings, tie_output=tie_output))
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, "
@@ -68,9 +165,13 @@ class Transformer(nn.Module):
         self.decoder = Decoder(num_decoder_layers, d_model, num_heads, d_ff, dropout,
                                activation, norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)  # decoder state -> vocabulary scores
-        if tie_output:
-            self.generator.weight = self.tgt_embed.embedding.weight  # one Parameter, two roles
+        self.tie_weights()
         self._reset_parameters()
+
+    def tie_weights(self) -> None:
+        """With tie_output, make the output layer's weight the target embedding table."""
+        if self._config["tie_output"]:
+            self.generator.weight = self.tgt_embed.embedding.weight  # one Parameter, two roles
 
     def _reset_parameters(self) -> None:
         # Xavier for the matrices that multiply activations (fan_in and fan_out are real
@@ -150,7 +251,7 @@ class Transformer(nn.Module):
         src_mask = self.make_src_mask(src)  # [B, 1, 1, S]
         return self.decode(tgt, self.encode(src, src_mask), src_mask)
 
-# %% chapters/08_model.ipynb, cell 10
+# %% chapters/08_model.ipynb, cell 12
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of distinct parameters (shared or tied weights counted once).
 
@@ -160,4 +261,166 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
-__all__ = ["PAPER_CONFIGS", "Transformer", "count_parameters"]
+# %% chapters/08_model.ipynb, cell 14
+import inspect
+import json
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_model
+
+PRETRAINED_FORMAT = 1  # the version of the config.json layout below
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+def _json_text(name: str, value: object) -> str:
+    """value as JSON, or a ValueError naming it (NaN and infinity are not JSON)."""
+    try:
+        return json.dumps(value, indent=2, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be JSON-able (str, int, float, bool, None, lists and "
+                         f"dicts of them; no NaN), got {value!r}: {err}") from None
+
+
+def _save_pretrained(model: PretrainedModel, directory: Path, metadata: dict | None) -> Path:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError(f"metadata must be a dict or None, got {type(metadata).__name__}")
+    dtypes = {p.dtype for p in model.parameters()}
+    if len(dtypes) != 1:
+        raise ValueError(f"save_pretrained needs all parameters in one dtype, got {sorted(map(str, dtypes))}")
+    _json_text("metadata", metadata)
+    document = {
+        "format_version": PRETRAINED_FORMAT,
+        "model_class": type(model).__name__,
+        "dtype": str(dtypes.pop()).removeprefix("torch."),
+        "config": model.config,
+        "metadata": metadata or {},
+    }
+    text = _json_text(f"{type(model).__name__}.config", document)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
+    save_model(model, str(directory / WEIGHTS_FILE))  # shared tensors stored once
+    return directory
+
+
+def _existing_file(directory: Path, name: str) -> Path:
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"{directory}: no such directory (a saved model is a directory holding "
+            f"{CONFIG_FILE} and {WEIGHTS_FILE}, written by save_pretrained)")
+    path = directory / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (save_pretrained writes {CONFIG_FILE} and {WEIGHTS_FILE})")
+    return path
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def read_pretrained_config(directory: str | Path) -> dict:
+    """Read and check the config.json of a directory written by save_pretrained.
+
+    Args:
+        directory: the saved model's directory.
+
+    Returns:
+        The parsed config.json: {"format_version", "model_class", "dtype", "config",
+        "metadata"}; "metadata" is {} when none was saved.
+
+    Raises:
+        FileNotFoundError: the directory or its config.json is missing.
+        ValueError: config.json is not valid JSON or lacks what save_pretrained writes;
+            the message names the file.
+
+    Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
+    """
+    path = _existing_file(Path(directory), CONFIG_FILE)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: expected a JSON object {{...}}, got a {type(document).__name__}")
+    missing = [key for key in ("format_version", "model_class", "config") if key not in document]
+    if missing:
+        raise ValueError(f"{path}: lacks {missing}; it was not written by save_pretrained")
+    version = document["format_version"]
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= PRETRAINED_FORMAT:
+        raise ValueError(f"{path}: format_version {version!r} is not one this package reads "
+                         f"(1 to {PRETRAINED_FORMAT}); a newer package may have written it")
+    document.setdefault("metadata", {})
+    for key in ("config", "metadata"):
+        if not isinstance(document[key], dict):
+            raise ValueError(f"{path}: '{key}' must be a JSON object, got {document[key]!r}")
+    return document
+
+
+def _shared_names(model: nn.Module) -> dict[str, list[str]]:
+    """Each parameter's name -> every name of that same Parameter (tied weights share one)."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return {name: group for group in names.values() for name in group}
+
+
+def _build(cls: type, document: dict, path: Path) -> nn.Module:
+    """cls(**config) on the meta device, in the saved dtype; errors name config.json."""
+    if document["model_class"] != cls.__name__:
+        raise ValueError(f"{path}: holds a {document['model_class']}, not a {cls.__name__}; "
+                         f"load it with {document['model_class']}.from_pretrained")
+    dtype = getattr(torch, str(document.get("dtype", "float32")), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{path}: dtype {document.get('dtype')!r} is not a floating-point torch dtype")
+    config = document["config"]
+    accepted = inspect.signature(cls.__init__).parameters
+    unknown = sorted(set(config) - set(accepted))
+    if unknown:
+        raise ValueError(f"{path}: config keys {unknown} are not arguments of {cls.__name__}")
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no random initialisation
+            return cls(**config).to(dtype)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: its config does not build a {cls.__name__}: {err}") from None
+
+
+def _load_weights(model: nn.Module, path: Path, shared: dict[str, list[str]]) -> None:
+    """Load path's tensors into model after checking names, shapes and dtypes."""
+    device = next(model.parameters()).device
+    try:
+        stored = load_file(path, device=str(device))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise ValueError(f"{path}: not a readable safetensors file ({err})") from None
+    expected = model.state_dict()  # name -> tensor of the right shape and dtype
+    unknown = sorted(stored.keys() - expected.keys())
+    if unknown:
+        raise ValueError(f"{path}: holds tensors that a {type(model).__name__} with this "
+                         f"config does not have: {unknown[:5]}{' ...' if len(unknown) > 5 else ''}")
+    full = {}  # every name the model expects, a tied weight under each of its names
+    for name in expected:
+        found = [alias for alias in shared.get(name, [name]) if alias in stored]
+        if not found:
+            raise ValueError(f"{path}: lacks the tensor {name!r} of the model")
+        tensor = full[name] = stored[found[0]]
+        want = expected[name]
+        if tensor.shape != want.shape or tensor.dtype != want.dtype:
+            raise ValueError(
+                f"{path}: tensor {found[0]!r} is {list(tensor.shape)} {tensor.dtype}, the model "
+                f"expects {list(want.shape)} {want.dtype} (do config.json and the weights match?)")
+    model.load_state_dict(full)  # the post-hook ties the weights and rebuilds the buffers
+
+
+def _from_pretrained(cls: type, directory: Path, map_location: torch.device | str) -> nn.Module:
+    try:
+        device = torch.device(map_location)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"map_location must name a device such as 'cpu' or 'cuda:0', "
+                         f"got {map_location!r} ({err})") from None
+    document = read_pretrained_config(directory)
+    weights = _existing_file(directory, WEIGHTS_FILE)
+    model = _build(cls, document, directory / CONFIG_FILE)
+    shared = _shared_names(model)  # read before to_empty, which unties them
+    model.to_empty(device=device)
+    _load_weights(model, weights, shared)
+    return model.eval()
+
+__all__ = ["PretrainedModel", "PAPER_CONFIGS", "Transformer", "count_parameters", "PRETRAINED_FORMAT", "read_pretrained_config"]

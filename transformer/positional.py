@@ -65,6 +65,19 @@ class PositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # [max_len, d_model]
 
+    def reset_buffers(self, device: torch.device | str | None = None) -> None:
+        """Compute the table `pe` [max_len, d_model] again, on `device` (default: where it is).
+
+        A module built on the meta device has a table of shapes without values, and
+        `to_empty` or `load_state_dict(..., assign=True)` cannot fill it, because it is not
+        in the state_dict. Chapter 08's models call this after loading their weights.
+
+        Args:
+            device: where the table goes; None keeps its current device.
+        """
+        device = self.pe.device if device is None else device
+        self.pe = sinusoidal_encoding(self.max_len, self.d_model).to(device=device, dtype=self.pe.dtype)
+
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """x [batch, seq, d_model] -> dropout(x + PE[start : start+seq]), [batch, seq, d_model]."""
         if not isinstance(x, Tensor):

@@ -1,0 +1,109 @@
+"""Near-miss answers to chapter 03's exercises: mistakes students really make.
+
+`python tools/exercises.py verify` proves that each exercise's check fails on each
+answer below (as it fails on the stub) and passes on the solution. Each answer is
+the whole source of the exercise's solution cell, as a student would return it.
+"""
+
+NEAR_MISSES = {
+    "ex1-weights": {
+        "forgets the division by sqrt(d_k)": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    scores = q @ k.transpose(-2, -1)  # [..., Tq, Tk]
+    scores = scores - scores.amax(dim=-1, keepdim=True)
+    e = torch.exp(scores)
+    return e / e.sum(dim=-1, keepdim=True)
+''',
+        "naive exp, no maximum subtracted (overflows on large scores)": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [..., Tq, Tk]
+    e = torch.exp(scores)
+    return e / e.sum(dim=-1, keepdim=True)
+''',
+        "subtracts the global maximum, not each row's (other rows underflow to 0/0)": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [..., Tq, Tk]
+    e = torch.exp(scores - scores.max())
+    return e / e.sum(dim=-1, keepdim=True)
+''',
+        "normalises over the queries (dim=-2) instead of the keys": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # [..., Tq, Tk]
+    scores = scores - scores.amax(dim=-2, keepdim=True)
+    e = torch.exp(scores)
+    return e / e.sum(dim=-2, keepdim=True)
+''',
+    },
+    "ex2-lookup": {
+        "exp of the scores without normalising them (sharpness 0 gives the sum)": '''
+def soft_lookup(query, keys, values, sharpness):
+    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
+    weights = torch.exp(sharpness * (keys @ query))  # [n]
+    return weights @ values
+''',
+        "also divides by sqrt(d), as attention does": '''
+def soft_lookup(query, keys, values, sharpness):
+    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
+    weights = torch.softmax(sharpness * (keys @ query) / math.sqrt(query.size(-1)), dim=-1)
+    return weights @ values
+''',
+        "divides the scores by the sharpness (a temperature) instead of multiplying": '''
+def soft_lookup(query, keys, values, sharpness):
+    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
+    weights = torch.softmax((keys @ query) / sharpness, dim=-1)
+    return weights @ values
+''',
+    },
+    "ex3-raw": {
+        "returns the pair (output, weights)": '''
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+''',
+        "uses x itself as the values (w_v forgotten)": '''
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    out, _ = scaled_dot_product_attention(x @ w_q, x @ w_k, x)
+    return out
+''',
+        "divides by sqrt(d_k) again, though the function already does": '''
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    q = x @ w_q / math.sqrt(w_q.size(1))
+    out, _ = scaled_dot_product_attention(q, x @ w_k, x @ w_v)
+    return out
+''',
+        "swaps the roles of queries and keys": '''
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    out, _ = scaled_dot_product_attention(x @ w_k, x @ w_q, x @ w_v)
+    return out
+''',
+    },
+    "ex4-entropy": {
+        "no guard for 0 log 0 (NaN on one-hot rows)": '''
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    return -(weights * weights.log()).sum(dim=-1)
+''',
+        "log base 2 instead of the natural log": '''
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    return -(weights * weights.clamp_min(1e-30).log2()).sum(dim=-1)
+''',
+        "forgets the minus sign": '''
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    return (weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
+''',
+        "sums over the queries axis (dim=-2) instead of the keys": '''
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    return -(weights * weights.clamp_min(1e-30).log()).sum(dim=-2)
+''',
+    },
+}

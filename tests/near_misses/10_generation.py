@@ -1,0 +1,128 @@
+"""Near-miss answers to chapter 10's exercises: mistakes students really make.
+
+`python tools/exercises.py verify` proves that each exercise's check fails on each
+answer below (as it fails on the stub) and passes on the solution. Each answer is
+the whole source of the exercise's solution cell, as a student would return it.
+"""
+
+NEAR_MISSES = {
+    "ex1-top-k": {
+        "uses <= instead of < (the k-th largest is removed too)": '''
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits <= kth, float("-inf"))
+''',
+        "takes the largest value as the threshold instead of the k-th": '''
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    kth = logits.topk(k, dim=-1).values[..., :1]
+    return logits.masked_fill(logits < kth, float("-inf"))
+''',
+        "masks in place (masked_fill_): the caller's logits change": '''
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill_(logits < kth, float("-inf"))
+''',
+        "top-k along dim 1, which is the vocabulary only for 2-D logits": '''
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    kth = logits.topk(k, dim=1).values[..., -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+''',
+        "sets the removed logits to 0 instead of -inf (they keep probability)": '''
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    kth = logits.topk(k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, 0.0)
+''',
+    },
+    "ex2-repetition": {
+        "divides every generated token's logit, whatever its sign (a negative one goes up)": '''
+def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, V], generated [B, t] ids -> penalised logits [B, V]."""
+    seen = torch.zeros_like(logits, dtype=torch.bool).scatter(1, generated, True)
+    return torch.where(seen, logits / penalty, logits)
+''',
+        "penalises once per occurrence (penalty ** count) instead of once per token": '''
+def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, V], generated [B, t] ids -> penalised logits [B, V]."""
+    counts = torch.zeros_like(logits).scatter_add(1, generated, torch.ones_like(generated, dtype=logits.dtype))
+    factor = penalty ** counts
+    return torch.where(logits > 0, logits / factor, logits * factor)
+''',
+        "marks the first t positions of the vocabulary instead of the generated ids": '''
+def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, V], generated [B, t] ids -> penalised logits [B, V]."""
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    seen[:, : generated.size(1)] = True
+    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, penalised, logits)
+''',
+        "changes the input logits in place": '''
+def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, V], generated [B, t] ids -> penalised logits [B, V]."""
+    for b in range(logits.size(0)):
+        for token in set(generated[b].tolist()):
+            if logits[b, token] > 0:
+                logits[b, token] /= penalty
+            else:
+                logits[b, token] *= penalty
+    return logits
+''',
+    },
+    "ex3-cache-bytes": {
+        "keys only: forgets that the values are cached too": '''
+def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
+                   bytes_per_value: int = 4) -> int:
+    """Bytes held by the self-attention keys and values of every decoder layer."""
+    return num_layers * batch * length * d_model * bytes_per_value
+''',
+        "always 4 bytes a value (ignores bytes_per_value)": '''
+def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
+                   bytes_per_value: int = 4) -> int:
+    """Bytes held by the self-attention keys and values of every decoder layer."""
+    return 2 * num_layers * batch * length * d_model * 4
+''',
+        "counts one position too many (length + 1, as if <bos> were extra)": '''
+def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
+                   bytes_per_value: int = 4) -> int:
+    """Bytes held by the self-attention keys and values of every decoder layer."""
+    return 2 * num_layers * batch * (length + 1) * d_model * bytes_per_value
+''',
+        "counts bits, not bytes": '''
+def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
+                   bytes_per_value: int = 4) -> int:
+    """Bytes held by the self-attention keys and values of every decoder layer."""
+    return 2 * num_layers * batch * length * d_model * bytes_per_value * 8
+''',
+    },
+    "ex4-beam-step": {
+        "divides the flat index by the number of beams instead of the vocabulary size": '''
+def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores [K, V] -> (beams [k], tokens [k]) of the k best entries, best first."""
+    best = scores.flatten().topk(k).indices
+    return best // scores.size(0), best % scores.size(0)
+''',
+        "takes the best token of each beam, then the best beams (not the best of all K*V)": '''
+def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores [K, V] -> (beams [k], tokens [k]) of the k best entries, best first."""
+    values, tokens = scores.max(dim=1)
+    beams = values.topk(min(k, scores.size(0))).indices
+    return beams, tokens[beams]
+''',
+        "sorts in increasing order: the k worst extensions": '''
+def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores [K, V] -> (beams [k], tokens [k]) of the k best entries, best first."""
+    best = scores.flatten().argsort()[:k]
+    return best // scores.size(1), best % scores.size(1)
+''',
+        "returns (tokens, beams): the pair in the wrong order": '''
+def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """scores [K, V] -> (beams [k], tokens [k]) of the k best entries, best first."""
+    best = scores.flatten().topk(k).indices
+    return best % scores.size(1), best // scores.size(1)
+''',
+    },
+}
