@@ -9,7 +9,8 @@
         names: the chapter is recognised from the notebook itself), each in its own
         fresh kernel, N at a time, with the chapter's own checks and locked cells (so an
         edited check cannot pass) and the grading guard (tools/grading_guard.py); write
-        OUT/gradebook.csv (one row per exercise) and OUT/summary.csv (one row per student)
+        OUT/gradebook.csv (one row per exercise) and OUT/summary.csv (one row per student);
+        exit 1 if a notebook could not be graded (unrecognised, unreadable, crashed)
     python tools/exercises.py check NOTEBOOK
         a student's self-check: run the notebook with the chapter's checks (hidden tests
         left out) and print passed/failed per exercise with the message; exit 0 if all pass
