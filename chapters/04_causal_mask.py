@@ -30,6 +30,7 @@
 # %%
 import matplotlib.pyplot as plt
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer.attention import SingleHeadSelfAttention, scaled_dot_product_attention
@@ -81,11 +82,12 @@ for t, c in enumerate(changes()):
     print(f"position {t} ({target[t]}, must predict {labels[t]}): output moved by {c:.4f}")
 
 # %% [markdown]
-# Every position moves, including those that must predict `我`, `喜欢` and `苹果`: each
-# of them reads the token it is asked to predict (or a later one). A model trained this
-# way learns to copy the answer from the input, and at generation time, when `苹果` does
-# not exist yet, it has nothing to copy. Training and generation must see the same
-# thing: **position $t$ may read positions $0..t$ and nothing later.**
+# Every position moves, so every position has read `苹果` at position 3. For position 2
+# that is the very word it must predict; for positions 0 and 1 it is a word from further
+# in their future. A model trained this way learns to copy the answer from the input,
+# and at generation time, when `苹果` does not exist yet, it has nothing to copy.
+# Training and generation must see the same thing: **position $t$ may read positions
+# $0..t$ and nothing later.**
 
 # %% [markdown]
 # ## 2 · The idea: block some scores before the softmax
@@ -108,10 +110,11 @@ for t, c in enumerate(changes()):
 # $$
 #
 # The **causal mask** allows $j \le i$: the lower triangle, diagonal included,
-# $M_{ij} = [\,j \le i\,]$. Seed 004 writes the same thing as an **additive** mask, a
+# $M_{ij} = [\,j \le i\,]$. The same mask is often written as an **additive** mask, a
 # float matrix added to the scores: $0$ where allowed and $-\infty$ where blocked,
-# $A = \operatorname{softmax}(S + M_{\text{add}})$. Section 5 shows that the two forms
-# agree, and section 6 where the $-\infty$ goes wrong.
+# $A = \operatorname{softmax}(S + M_{\text{add}})$ (PyTorch's own
+# `nn.Transformer.generate_square_subsequent_mask` builds the causal mask in this form).
+# Section 5 shows that the two forms agree, and section 6 where the $-\infty$ goes wrong.
 
 # %% [markdown]
 # ## 3 · The code
@@ -202,12 +205,14 @@ print("causal_mask(4):", tuple(mask.shape))
 print(mask[0, 0].int())
 print("\n".join(f"position {t} ({target[t]}, must predict {labels[t]}): output moved by {c:.4f}"
                 for t, c in enumerate(moved)))
+print("positions 0-2 moved by exactly 0.0:", moved[:3] == [0.0, 0.0, 0.0])
 
 # %%
 assert moved[:3] == [0.0, 0.0, 0.0] and moved[3] > 0  # only the edited position itself moves
 
 # %% [markdown]
-# Now only position 3, whose input we edited, moves. Exactly zero, not "small": masked
+# Now only position 3, whose input we edited, moves. The others moved by exactly zero,
+# not by something small that rounds to 0.0000 (the comparison above is `==`): masked
 # keys get weight exactly 0.
 
 # %% [markdown]
@@ -281,8 +286,10 @@ plt.show()
 # the source: scores `[B, heads, T, S]`).
 
 # %%
-out, weights = scaled_dot_product_attention(scores, scores, torch.randn(2, heads, 5, 3), both)
-assert weights.shape == (2, heads, 5, 5)
+q4, k4 = torch.randn(2, heads, 5, 8), torch.randn(2, heads, 5, 8)  # [B, heads, T, d_k=8]
+v4 = torch.randn(2, heads, 5, 3)  # [B, heads, T, d_v=3]
+out, weights = scaled_dot_product_attention(q4, k4, v4, both)
+assert out.shape == (2, heads, 5, 3) and weights.shape == (2, heads, 5, 5)
 assert weights[~both.expand_as(weights)].eq(0).all()  # blocked pairs get weight exactly 0
 assert torch.allclose(weights.sum(-1), torch.ones(2, heads, 5))  # every row here sees <bos>
 print("blocked pairs have weight 0; every row sums to 1")
@@ -290,19 +297,20 @@ print("blocked pairs have weight 0; every row sums to 1")
 # %% [markdown]
 # ## 5 · Boolean and additive masks are the same thing
 #
-# Seed 000 masks with booleans (`masked_fill`), seed 004 adds a float matrix of $0$ and
-# $-\infty$. They compute the same weights: adding $-\infty$ to a finite score gives
-# $-\infty$, exactly what `masked_fill` writes. Converting is one line each way, and the
-# outputs agree:
+# Code in the wild uses both forms: a boolean mask applied with `masked_fill` (or
+# `torch.where`, as here), or a float matrix of $0$ and $-\infty$ added to the scores (the
+# form `nn.Transformer.generate_square_subsequent_mask` returns). They compute the same
+# weights: adding $-\infty$ to a finite score gives $-\infty$, exactly what `masked_fill`
+# writes. Converting is one line each way, and the outputs agree:
 
 # %%
 def additive_from_bool(mask: torch.Tensor) -> torch.Tensor:
-    """Seed 004's form: 0.0 where True (may attend), -inf where False."""
+    """The additive form: 0.0 where True (may attend), -inf where False."""
     return torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
 
 
 def attention_additive(q, k, v, additive):
-    """Seed 004's attention: softmax(q k^T / sqrt(d_k) + additive) v."""
+    """Attention with an additive mask: softmax(q k^T / sqrt(d_k) + additive) v."""
     scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
     return torch.softmax(scores + additive, dim=-1) @ v
 
@@ -314,13 +322,18 @@ theirs = attention_additive(q, k, v, additive)
 print(f"additive mask values: {sorted(set(additive.flatten().tolist()))}")
 gap = (ours - theirs).abs().max().item()
 print(f"boolean and additive outputs agree to 1e-6: {gap < 1e-6}")
-assert gap < 1e-6
+pytorch_causal = nn.Transformer.generate_square_subsequent_mask(5)  # [5, 5] float
+same_as_pytorch = torch.equal(additive_from_bool(causal_mask(5))[0, 0], pytorch_causal)
+print(f"additive_from_bool(causal_mask(5)) == nn.Transformer.generate_square_subsequent_mask(5): "
+      f"{same_as_pytorch}")
+assert gap < 1e-6 and same_as_pytorch
 assert torch.equal(additive == 0, both.expand_as(additive))  # and back: bool = (additive == 0)
 
 # %% [markdown]
-# So why does this book take booleans? Because a float mask is ambiguous. A 0/1 float
-# mask ("1 = keep") and a 0/$-\infty$ additive mask ("0 = keep") are both float, and they
-# mean **opposite** things at 0. Our function therefore refuses a float mask instead of
+# So why does this book take booleans? Because a float mask is ambiguous. A 0/1 mask
+# ("1 = keep", like the `attention_mask` that Hugging Face tokenizers return) and a
+# 0/$-\infty$ additive mask ("0 = keep") are both numbers, and they mean **opposite**
+# things at 0. Our function therefore refuses a float mask instead of
 # guessing, and says how to convert:
 
 # %%
@@ -340,13 +353,14 @@ except TypeError as err:
 # * **left** padding, common when batching prompts for generation: the first position is
 #   `<pad>`, the causal mask lets it see only itself, and the padding mask hides itself.
 #
-# Both seeds write `masked_fill(mask == 0, float("-inf"))` (seed 000) or add a $-\infty$
-# matrix (seed 004). Here is their attention, on the left-padded sentence
-# `<pad> <pad> <bos> 苹果`, stacked two layers deep as in a real decoder:
+# Attention written straight from the formula, with
+# `scores.masked_fill(mask == 0, float("-inf"))` or an added $-\infty$ matrix, does exactly
+# that. Here is that version, on the left-padded sentence `<pad> <pad> <bos> 苹果`, stacked
+# two layers deep as in a real decoder:
 
 # %%
-def seed_attention(q, k, v, mask):
-    """The seeds' version: -inf for blocked scores. (Do not use: NaN on empty rows.)"""
+def minus_inf_attention(q, k, v, mask):
+    """Blocked scores set to -inf, straight from the formula. (Do not use: NaN on empty rows.)"""
     scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
     scores = scores.masked_fill(~mask, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
@@ -364,7 +378,7 @@ def nan_rows(h):
 
 
 lines = [f"rows that may attend to nothing: {(~left_mask.any(-1)).nonzero()[:, -1].tolist()}"]
-for name, attend in (("seeds (-inf)", seed_attention),
+for name, attend in (("with -inf", minus_inf_attention),
                      ("ours", lambda q, k, v, m: scaled_dot_product_attention(q, k, v, m)[0])):
     h1 = attend(x0, x0, x0, left_mask)  # layer 1
     h2 = attend(h1, h1, h1, left_mask)  # layer 2
@@ -378,11 +392,28 @@ assert "[0, 1, 2, 3], NaN in gradient: True" in lines[1] and "[], NaN in gradien
 # With $-\infty$, rows 0 and 1 are NaN after one layer. In the second layer, the real
 # tokens give those pad keys weight 0, but $0 \times \text{NaN} = \text{NaN}$: the NaN
 # spreads to **every** position, and into every gradient. One bad sentence poisons the
-# whole batch, and training diverges. (A common patch, $-10^9$ instead of $-\infty$, fails
-# in half precision, where $-10^9$ is out of range and becomes $-\infty$ again, printed
-# below; and in full precision it makes an empty row attend uniformly to pad garbage
-# instead of to nothing.)
+# whole batch, and training diverges.
 #
+# A common patch is $-10^9$ instead of $-\infty$. It fails twice. In half precision
+# $-10^9$ is out of range (float16 stops near $-65504$): `masked_fill` refuses it, and an
+# additive mask stored in float16 holds $-\infty$ again. In full precision it removes the
+# NaN but makes an empty row attend **uniformly** to every key, pads and future tokens
+# alike, so garbage flows on instead of nothing:
+
+# %%
+fill = torch.ones(4, dtype=torch.bool)
+try:
+    torch.zeros(4, dtype=torch.float16).masked_fill(fill, -1e9)
+except RuntimeError as err:
+    print("float16 masked_fill(-1e9) -> RuntimeError:", err)
+print("float16 additive mask of -1e9 holds:", torch.tensor(-1e9).to(torch.float16).item())
+scores_left = x0.detach() @ x0.detach().transpose(-2, -1) / d_model**0.5  # [1, 4, 4]
+patched = scores_left.masked_fill(~left_mask, -1e9).softmax(dim=-1)  # float32
+print("float32, -1e9: weights of the empty rows 0 and 1:",
+      [[round(w, 2) for w in row] for row in patched[0, :2].tolist()])
+assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over all 4 keys: pads and future
+
+# %% [markdown]
 # Our fix, in the two lines of section 3:
 #
 # 1. Blocked scores get the most negative **finite** number of the dtype,
@@ -394,11 +425,23 @@ assert "[0, 1, 2, 3], NaN in gradient: True" in lines[1] and "[], NaN in gradien
 #    row gives **zero weights and a zero output**, and since that output no longer
 #    depends on anything, zero gradient.
 #
-# Recent PyTorch (the 2.13 used here) does the same in `F.scaled_dot_product_attention`:
-# a fully masked row gives zeros there too. Older versions returned NaN.
+# Below: the finite minimum gives bitwise the same weights as $-\infty$ on rows that see
+# something, and zeros on the empty rows. PyTorch's own `F.scaled_dot_product_attention`
+# also gives zeros for a fully masked row in the 2.13 release used here; older releases
+# returned NaN (PyTorch issue #103963, "scaled_dot_product_attention produces NaNs with
+# boolean attn_mask with zero rows", 2023). The book keeps the guarantee in its own code
+# rather than count on the version.
 
 # %%
-print("float16 -1e9 ->", torch.tensor(-1e9, dtype=torch.float16).item())
+s = torch.randn(2, heads, 5, 5)  # scores; every row of `both` sees <bos>
+with_min = torch.where(both, s, torch.finfo(s.dtype).min).softmax(dim=-1)
+with_inf = s.masked_fill(~both, float("-inf")).softmax(dim=-1)
+print("finfo.min and -inf give bitwise identical weights:", torch.equal(with_min, with_inf))
+assert torch.equal(with_min, with_inf)
+with torch.no_grad():
+    fused = F.scaled_dot_product_attention(x0, x0, x0, attn_mask=left_mask)
+print("F.scaled_dot_product_attention, empty rows 0 and 1 are zero:",
+      bool(fused[0, :2].eq(0).all()), "| NaN anywhere:", bool(fused.isnan().any()))
 _, w_left = scaled_dot_product_attention(x0, x0, x0, left_mask)
 assert w_left[0, :2].eq(0).all()  # the empty rows: all-zero weights
 assert torch.allclose(w_left[0, 2:].sum(-1), torch.ones(2))  # the others: sum to 1
@@ -441,8 +484,8 @@ assert torch.allclose(ours, right, atol=1e-6)
 #
 # Section 3 edited one token. Here is the general statement, tested two ways:
 #
-# * **perturbation**: change the input at positions $\ge t$ (any $t$, any change); the
-#   outputs at positions $< t$ do not change at all;
+# * **perturbation**: change the input at positions $\ge t$ (every $t$ from 1 to $T-1$,
+#   a large random change); the outputs at positions $< t$ do not change at all;
 # * **dependency map**: the gradient $\lVert \partial\, \text{out}_i / \partial x_j \rVert$
 #   is exactly zero for every $j > i$, a lower-triangular picture.
 
@@ -491,12 +534,28 @@ plt.show()
 # %% [markdown]
 # ## 9 · Bad input fails loudly
 #
-# Masks are where silent bugs hide, so every mistake below raises an error that names
-# the argument and the expected shape or dtype. The most dangerous one is the padding
-# mask without its two singleton axes: `[B, Tk]` against scores `[B, Tq, Tk]` broadcasts
-# as `[1, B, Tk]`, which *happens to work* when $B = T_q$ and is then silently wrong. That
-# is why `padding_mask` returns `[B, 1, 1, Tk]`; a wrong shape that cannot broadcast is
-# caught:
+# Masks are where silent bugs hide, so the package raises an error that names the
+# argument and the expected shape or dtype wherever it can. The most dangerous mistake is
+# one that no shape check can catch: the padding mask without its two singleton axes.
+# `[B, Tk]` against scores `[B, Tq, Tk]` broadcasts as `[1, B, Tk]`, which *happens to
+# work* when $B = T_q$ and is then silently wrong. That is why `padding_mask` returns
+# `[B, 1, 1, Tk]`. Here is the silent case, with three
+# sentences of three tokens (the sizes coincide on purpose: $B = T_q = 3$):
+
+# %%
+ids3 = torch.tensor([[1, 3, 4], [1, 5, 0], [1, 0, 0]])  # [B=3, T=3]; sentence 2: <bos> <pad> <pad>
+q33 = torch.randn(3, 3, 8)  # [B, T, d_k]
+right_mask = padding_mask(ids3)[:, 0]  # [B, 1, Tk]: one row per sentence, copied down the queries
+flat_mask = padding_mask(ids3)[:, 0, 0]  # [B, Tk]: read as [1, B, Tk], one row per *query*
+_, w_right = scaled_dot_product_attention(q33, q33, q33, right_mask)
+_, w_flat = scaled_dot_product_attention(q33, q33, q33, flat_mask)  # accepted without complaint
+print("weight that sentence 2 puts on its two pads:  [B, 1, Tk] mask",
+      round(w_right[2, :, 1:].sum().item(), 4), "| [B, Tk] mask", round(w_flat[2, :, 1:].sum().item(), 4))
+assert w_right[2, :, 1:].eq(0).all() and w_flat[2, :, 1:].sum() > 0.1
+
+# %% [markdown]
+# With $B \ne T_q$ the same mistake cannot broadcast, and is caught (the fourth line
+# below). Every other mistake gets an error too:
 
 # %%
 q3 = torch.randn(2, 5, 8)  # scores [2, 5, 5]
@@ -504,6 +563,7 @@ bad_calls = {
     "float 0/1 mask": lambda: scaled_dot_product_attention(q3, q3, q3, both.float()[:, 0]),
     "int mask": lambda: scaled_dot_product_attention(q3, q3, q3, causal_mask(5).long()[0]),
     "mask of wrong shape": lambda: scaled_dot_product_attention(q3, q3, q3, causal_mask(4)[0]),
+    "padding mask [B, Tk]": lambda: scaled_dot_product_attention(q3, q3, q3, pad[:, 0, 0]),
     "causal_mask(0)": lambda: causal_mask(0),
     "causal_mask(-3)": lambda: causal_mask(-3),
     "causal_mask(2.5)": lambda: causal_mask(2.5),
@@ -528,10 +588,11 @@ for name, call in bad_calls.items():
 # by broadcasting into one boolean mask, and a row with nothing to see gives zeros, not
 # NaN. All of it goes through chapter 03's one function, `scaled_dot_product_attention`.
 #
-# **Still missing:** a single head computes a single notion of "relevant". `喜欢` needs
-# to look at its subject `我` and at the source word `love` at the same time. Chapter 05
-# runs several heads in parallel, each with its own $W_Q, W_K, W_V$; the masks of this
-# chapter already carry the `heads` axis (size 1) that lets them broadcast over all heads.
+# **Still missing:** a single head computes a single notion of "relevant". In
+# `<bos> I love apples <eos>`, `love` needs to look at its subject `I` and at its object
+# `apples` at the same time. Chapter 05 runs several heads in parallel, each with its own
+# $W_Q, W_K, W_V$; the masks of this chapter already carry the `heads` axis (size 1) that
+# lets them broadcast over all heads.
 
 # %% [markdown]
 # ## Exercises
@@ -559,9 +620,16 @@ def causal_by_hand(size):
 #| check ex1-causal
 for _n in range(1, 8):
     _m = causal_by_hand(_n)
-    assert _m.dtype == torch.bool, f"expected a bool tensor, got {_m.dtype}"
-    assert _m.shape == (_n, _n), f"expected shape ({_n}, {_n}), got {tuple(_m.shape)}"
-    assert torch.equal(_m, causal_mask(_n)[0, 0]), f"wrong mask for size {_n}"
+    assert isinstance(_m, torch.Tensor), f"expected a tensor, got {type(_m).__name__}"
+    assert _m.dtype == torch.bool, (
+        f"size {_n}: expected a bool tensor (True = may attend), got dtype {_m.dtype}")
+    assert _m.shape == (_n, _n), f"size {_n}: expected shape ({_n}, {_n}), got {tuple(_m.shape)}"
+    _want = causal_mask(_n)[0, 0]
+    if not torch.equal(_m, _want):
+        _i, _j = (_m != _want).nonzero()[0].tolist()
+        raise AssertionError(
+            f"size {_n}: query {_i} {'may' if _want[_i, _j] else 'may not'} attend to key {_j} "
+            f"(True exactly where j <= i, diagonal included), but your mask says {bool(_m[_i, _j])}")
 print("ex1 passed")
 
 # %% [markdown]
@@ -570,7 +638,8 @@ print("ex1 passed")
 # `mask_from_lengths(lengths, max_len)`: `lengths [B]` (integers) to a bool mask
 # `[B, 1, 1, max_len]`, True at positions $< $ the sentence's length. It must broadcast
 # against scores `[B, heads, Tq, max_len]` like `padding_mask`. The check builds padded
-# ids for random lengths and compares with `padding_mask`.
+# ids for given lengths (an empty sentence included), with `max_len` equal to the longest
+# length and then longer, and compares with `padding_mask`.
 
 # %%
 def mask_from_lengths(lengths, max_len):
@@ -583,21 +652,32 @@ def mask_from_lengths(lengths, max_len):
 # %%
 #| check ex2-lengths
 _g = torch.Generator().manual_seed(2)
-_lengths = torch.tensor([5, 1, 3, 0])
-_ids = torch.randint(1, 8, (4, 5), generator=_g)
-_ids[torch.arange(5)[None, :] >= _lengths[:, None]] = 0  # pad after each length
-_m = mask_from_lengths(_lengths, 5)
-assert _m.shape == (4, 1, 1, 5), f"expected [4, 1, 1, 5], got {tuple(_m.shape)}"
-assert torch.equal(_m, padding_mask(_ids, 0))
+_lengths = torch.tensor([5, 1, 3, 0])  # B = 4 sentences
+for _max_len in (5, 7):
+    _ids = torch.randint(1, 8, (4, _max_len), generator=_g)
+    _ids[torch.arange(_max_len)[None, :] >= _lengths[:, None]] = 0  # pad after each length
+    _m = mask_from_lengths(_lengths, _max_len)
+    assert isinstance(_m, torch.Tensor), f"expected a tensor, got {type(_m).__name__}"
+    assert _m.shape == (4, 1, 1, _max_len), (
+        f"max_len={_max_len}: expected shape [B, 1, 1, max_len] = [4, 1, 1, {_max_len}], "
+        f"got {list(_m.shape)}")
+    assert _m.dtype == torch.bool, f"expected a bool mask (True = may attend), got dtype {_m.dtype}"
+    _want = padding_mask(_ids, 0)
+    for _b, _n in enumerate(_lengths.tolist()):
+        assert torch.equal(_m[_b], _want[_b]), (
+            f"max_len={_max_len}, sentence {_b} of length {_n}: expected True at exactly the "
+            f"first {_n} positions, {_want[_b, 0, 0].int().tolist()}, "
+            f"got {_m[_b, 0, 0].int().tolist()}")
 print("ex2 passed")
 
 # %% [markdown]
 # ### Exercise 3 · A finite additive mask
 # Some libraries want an additive float mask. Write `additive_mask(mask, dtype)`: from a
 # bool mask (True = may attend) to a float tensor of `dtype`, 0 where True and the most
-# negative **finite** number of `dtype` where False (no `inf` anywhere). The check adds
-# it to scores and compares the softmax with `scaled_dot_product_attention`'s weights, in
-# float32 and float64, on rows that see at least one key.
+# negative **finite** number of `dtype` where False (no `inf` anywhere). The check looks
+# at the values in float32, float64 and float16, then adds the mask to scores and compares
+# the softmax with `scaled_dot_product_attention`'s weights (float32 and float64), on rows
+# that see at least one key.
 
 # %%
 def additive_mask(mask, dtype):
@@ -610,16 +690,35 @@ def additive_mask(mask, dtype):
 # %%
 #| check ex3-additive
 _g = torch.Generator().manual_seed(3)
-for _dtype in (torch.float32, torch.float64):
-    _q, _k = (torch.randn(2, 3, 4, 8, generator=_g, dtype=_dtype) for _ in range(2))
-    _m = torch.rand(2, 1, 4, 4, generator=_g) < 0.5
-    _a = additive_mask(_m, _dtype)
-    assert _a.dtype == _dtype and _a.shape == _m.shape
-    assert torch.isfinite(_a).all(), "the additive mask must be finite (no -inf)"
-    _w = torch.softmax(_q @ _k.transpose(-2, -1) / 8**0.5 + _a, dim=-1)
+for _dtype in (torch.float32, torch.float64, torch.float16):
+    _m = torch.rand(2, 1, 4, 5, generator=_g) < 0.5  # [B, 1, Tq, Tk], True = may attend
+    try:
+        _a = additive_mask(_m, _dtype)
+    except RuntimeError as _err:
+        raise AssertionError(
+            f"additive_mask(mask, {_dtype}) raised {_err!r}: is the tensor you fill created "
+            f"with dtype={_dtype}, and does the value you write fit in it?") from None
+    assert isinstance(_a, torch.Tensor), f"expected a tensor, got {type(_a).__name__}"
+    assert _a.dtype == _dtype, f"asked for dtype {_dtype}, got {_a.dtype}"
+    assert _a.shape == _m.shape, f"expected the mask's shape {list(_m.shape)}, got {list(_a.shape)}"
+    assert torch.isfinite(_a).all(), (
+        f"{_dtype}: the additive mask must be finite, but it holds {_a[~torch.isfinite(_a)][0].item()}")
+    _lowest = torch.finfo(_dtype).min
+    assert _a[_m].eq(0).all(), (
+        f"{_dtype}: expected 0 where the mask is True (may attend), got {_a[_m & (_a != 0)][0].item()}")
+    assert _a[~_m].eq(_lowest).all(), (
+        f"{_dtype}: expected torch.finfo({_dtype}).min = {_lowest:.4g} where the mask is False, "
+        f"got {_a[~_m & (_a != _lowest)][0].item():.4g}")
+    if _dtype == torch.float16:
+        continue
+    _q = torch.randn(2, 3, 4, 8, generator=_g, dtype=_dtype)  # [B, heads, Tq, d_k]
+    _k = torch.randn(2, 3, 5, 8, generator=_g, dtype=_dtype)  # [B, heads, Tk, d_k]
+    _w = torch.softmax(_q @ _k.transpose(-2, -1) / 8**0.5 + _a, dim=-1)  # [2, 3, 4, 5]
     _, _expected = scaled_dot_product_attention(_q, _k, _k, _m)
-    _seen = _m.expand(2, 3, 4, 4).any(-1)
-    assert _seen.any() and torch.allclose(_w[_seen], _expected[_seen])
+    _seen = _m.expand(2, 3, 4, 5).any(-1)  # rows that see at least one key
+    assert _seen.any() and torch.allclose(_w[_seen], _expected[_seen]), (
+        f"{_dtype}: softmax(scores + your mask) differs from the masked attention weights by "
+        f"{(_w[_seen] - _expected[_seen]).abs().max().item():.3g}")
 print("ex3 passed")
 
 # %% [markdown]
@@ -628,7 +727,8 @@ print("ex3 passed")
 # `[B, T, d]`, return the largest absolute change of `output[:, :t]` when `x[:, t:]` is
 # replaced by random values, over all $t = 1 .. T-1$ (a float). A model that respects
 # causality gives exactly 0. The check runs your detector on a head with and without the
-# causal mask.
+# causal mask, and on causal heads with one planted leak each: position $s - 1$ also reads
+# position $s$, for each $s$ from 1 to $T-1$. Think about which $t$ reveals each of them.
 
 # %%
 def future_leak(attend, x):
@@ -649,14 +749,37 @@ def future_leak(attend, x):
 #| check ex4-leak
 torch.manual_seed(4)
 _head = SingleHeadSelfAttention(8)
-_x = torch.randn(2, 6, 8)
+_x = torch.randn(2, 6, 8)  # [B=2, T=6, d=8]
+
+
+def _causal_head(x):
+    return _head(x, causal_mask(x.size(1)))[0]
+
+
+def _leaky_head(s):
+    """A causal head with one planted leak: position s - 1 also reads position s."""
+    def attend(x):
+        out = _causal_head(x).clone()
+        out[:, s - 1] += x[:, s]
+        return out
+    return attend
+
+
 with torch.no_grad():
-    _causal = future_leak(lambda x: _head(x, causal_mask(6))[0], _x)
-    _free = future_leak(lambda x: _head(x)[0], _x)
-    _only_last = future_leak(lambda x: _head(x, causal_mask(6))[0] + x[:, -1:].mean(), _x)
-assert _causal == 0.0, f"a causal head leaks nothing, got {_causal}"
-assert _free > 1e-3, "an unmasked head leaks: the detector missed it"
-assert _only_last > 1e-3, "leak from the last position alone was missed (check t = T-1)"
+    _x_before = _x.clone()
+    _got = float(future_leak(_causal_head, _x))
+    assert torch.equal(_x, _x_before), (
+        "future_leak changed the x it was given: scramble a copy (x.clone()), not the caller's tensor")
+    assert _got == 0.0, (
+        f"a causal head leaks nothing, but your detector reports {_got:.4g}: compare only the "
+        "positions before t, output[:, :t], with the output on the unchanged x")
+    _free = float(future_leak(lambda x: _head(x)[0], _x))
+    assert _free > 1e-3, f"an unmasked head reads the future, but your detector reports {_free:.4g}"
+    for _s in range(1, 6):
+        _leak = float(future_leak(_leaky_head(_s), _x))
+        assert _leak > 1e-3, (
+            f"a leak from position {_s} into position {_s - 1} went unnoticed (your detector "
+            f"reports {_leak:.4g}); only t = {_s} reveals it: try every t from 1 to T-1 = 5")
 print("ex4 passed")
 
 # %% [markdown]

@@ -57,10 +57,11 @@ _ = torch.manual_seed(0)
 # of a random token sequence must report **both** its left and its right neighbour.
 # The model is as small as it can be: embedding plus the sinusoidal positions of
 # chapter 02, one attention layer, and a linear read-out that predicts the two
-# neighbours. First with chapter 03's single head of width `d_model`.
+# neighbours. First with chapter 03's single head of width `d_model`. (Sizes: 8 token
+# ids, sequences of 12, width 32; the 10 inner positions have two neighbours each.)
 
 # %%
-VOCAB, SEQ, D_TOY = 8, 8, 32
+VOCAB, SEQ, D_TOY = 8, 12, 32
 
 
 def neighbour_batch(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,12 +73,12 @@ def neighbour_batch(n: int, generator: torch.Generator) -> tuple[torch.Tensor, t
 class NeighbourModel(nn.Module):
     """Embedding + positions -> one self-attention layer -> read out both neighbours."""
 
-    def __init__(self, attn: nn.Module):
+    def __init__(self, attn: nn.Module, d_model: int = D_TOY):
         super().__init__()
-        self.emb = nn.Embedding(VOCAB, D_TOY)
-        self.pos = PositionalEncoding(D_TOY, max_len=SEQ, dropout=0.0)
+        self.emb = nn.Embedding(VOCAB, d_model)
+        self.pos = PositionalEncoding(d_model, max_len=SEQ, dropout=0.0)
         self.attn = attn
-        self.read = nn.Linear(D_TOY, 2 * VOCAB)
+        self.read = nn.Linear(d_model, 2 * VOCAB)
 
     def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.pos(self.emb(ids))  # [B, SEQ, D]
@@ -86,7 +87,7 @@ class NeighbourModel(nn.Module):
         else:
             out, weights = self.attn(x, x, x)
         logits = self.read(out).view(*ids.shape, 2, VOCAB)  # [B, SEQ, 2, VOCAB]
-        return logits[:, 1:-1], weights  # the positions that have two neighbours
+        return logits[:, 1:-1], weights  # [B, SEQ - 2, 2, VOCAB]: positions with two neighbours
 
 
 def train_neighbours(model: NeighbourModel, steps: int = 150, seed: int = 0) -> list[float]:
@@ -109,6 +110,9 @@ def train_neighbours(model: NeighbourModel, steps: int = 150, seed: int = 0) -> 
 torch.manual_seed(0)
 one_head = NeighbourModel(SingleHeadSelfAttention(D_TOY))
 one_head_acc = train_neighbours(one_head)
+torch.manual_seed(0)
+wide_head = NeighbourModel(SingleHeadSelfAttention(4 * D_TOY), d_model=4 * D_TOY)
+wide_head_acc = train_neighbours(wide_head)
 
 # %% [markdown]
 # The accuracies depend on a little floating-point accumulation, so nbval ignores the
@@ -116,16 +120,19 @@ one_head_acc = train_neighbours(one_head)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"one head: left {one_head_acc[0]:.3f}, right {one_head_acc[1]:.3f}")
+print(f"one head, width {D_TOY}:  left {one_head_acc[0]:.3f}, right {one_head_acc[1]:.3f}")
+print(f"one head, width {4 * D_TOY}: left {wide_head_acc[0]:.3f}, right {wide_head_acc[1]:.3f}")
 
 # %%
-assert sum(one_head_acc) / 2 < 0.8, one_head_acc  # chance is 1/8 per slot
+for acc in (one_head_acc, wide_head_acc):  # chance is 1/8 per slot
+    assert min(acc) < 0.5 and sum(acc) / 2 < 0.8, acc  # at least one neighbour stays out of reach
 
 # %% [markdown]
-# The single head learns one of the two neighbours well and guesses at the other:
-# with one distribution per query it has to choose where to look. More width does not
-# help; the bottleneck is the single softmax, not the size of the vectors. What we
-# want is several distributions per query, each free to look somewhere else.
+# The single head gets one of the two neighbours mostly right and the other mostly wrong
+# (chance is 1/8 = 0.125): with one distribution per query it has to choose where to
+# look. Four times the width does not help (second line); the bottleneck is the single
+# softmax, not the size of the vectors. What we want is several distributions per query,
+# each free to look somewhere else.
 
 # %% [markdown]
 # ## 2 · The idea: several heads, each in a slice of the model width
@@ -149,11 +156,13 @@ assert sum(one_head_acc) / 2 < 0.8, one_head_acc  # chance is 1/8 per slot
 # * **Same cost as one wide head.** Stacking the $h$ matrices $W^Q_i$ side by side
 #   gives one $d_\text{model}\times d_\text{model}$ matrix $W^Q$. So $h$ heads have exactly
 #   the parameters of a single head of width $d_\text{model}$ (plus $W^O$), whatever $h$ is.
-#   This is why the paper chooses $d_k = d_\text{model}/h$: changing $h$ changes *how*
-#   the model attends, not how big it is.
+#   This is why the paper chooses $d_k = d_\text{model}/h$ (Vaswani et al. 2017, *Attention
+#   Is All You Need*, section 3.2.2): changing $h$ changes *how* the model attends, not how
+#   big it is.
 # * **One matrix multiply, then a reshape.** Because the $h$ projections are one
 #   matrix, we compute $X W^Q$ once and cut the result into $h$ slices of $d_k$ features.
-#   The cutting is a `view` and a `transpose`: no data is copied.
+#   The cutting is a `view` and a `transpose`: no data is copied (the shape trace checks
+#   that the heads share memory with the projection).
 # * **Self and cross attention are the same module.** Queries come from $X_q$, keys and
 #   values from $X_k = X_v$. In the encoder and in the decoder's first sublayer all three
 #   are the same sequence (self-attention); in the decoder's second sublayer the queries
@@ -212,7 +221,9 @@ def _check_attention_inputs(
 # %% [markdown]
 # ### The module
 #
-# Four `nn.Linear` layers hold $W^Q, W^K, W^V, W^O$ (names as in PyTorch and seed 000).
+# Four `nn.Linear` layers hold $W^Q, W^K, W^V, W^O$, named `q_proj`, `k_proj`, `v_proj`
+# and `out_proj` (`out_proj` is `torch.nn.MultiheadAttention`'s own name; the other three
+# echo its `q_proj_weight`, `k_proj_weight` and `v_proj_weight`).
 # Attention itself is not rewritten here: `forward` calls chapter 03's
 # `scaled_dot_product_attention`, which owns the scaling, the masking (chapter 04's
 # convention: **True = may attend**, the opposite of `torch.nn.MultiheadAttention`), the
@@ -224,11 +235,12 @@ def _check_attention_inputs(
 # are the same tensor $X$, and $[XW^Q \; XW^K \; XW^V] = X\,[W^Q \; W^K \; W^V]$: stacking
 # the three weights into one `[3·d_model, d_model]` matrix (this is exactly
 # `torch.nn.MultiheadAttention`'s `in_proj_weight`) gives the same numbers from one bigger
-# multiply, which the hardware runs faster than three small ones, forward and backward.
-# `project` does that whenever the three inputs are one tensor. We keep the four
-# `nn.Linear` layers as the parameters, so that the names stay readable and the weights
-# copy one-to-one, and stack them on the fly (a copy of $3d^2$ numbers, small next to the
-# multiply itself).
+# multiply instead of three. The arithmetic is the same; what is saved is two calls and
+# two passes over $X$, forward and backward. `project` does that whenever the three inputs
+# are one tensor (`tests/test_multihead.py` checks that outputs and gradients match the
+# three separate projections). We keep the four `nn.Linear` layers as the parameters, so
+# that the names stay readable and the weights copy one-to-one, and stack them on the fly
+# (a copy of $3d^2$ numbers, small next to the multiply itself).
 #
 # Two optional arguments, `cache` and `static_kv`, are used by chapter 10 for fast
 # generation (the *KV cache*). In short: when the decoder produces one token at a time,
@@ -371,13 +383,14 @@ assert min(two_heads_acc) > 0.95, two_heads_acc
 # ## 4 · Shape trace of the running example
 #
 # Source `<bos> I love apples <eos>` (5 tokens), target input `<bos> 我 喜欢 苹果`
-# (4 tokens), `d_model = 16`, `h = 4` heads of `d_k = 4`. The vectors are random stand-ins
-# for what chapters 01 and 02 produce; only the shapes matter here.
+# (4 tokens), `d_model = 16`, `h = 2` heads of `d_k = 8`, so that every axis has a size of
+# its own. The vectors are random stand-ins for what chapters 01 and 02 produce; only the
+# shapes matter here.
 
 # %%
 src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
 tgt_tokens = ["<bos>", "我", "喜欢", "苹果"]
-d_model, h = 16, 4
+d_model, h = 16, 2
 mha = MultiHeadAttention(d_model, h).eval()
 src = torch.randn(1, len(src_tokens), d_model)  # [B=1, S=5, d]
 tgt = torch.randn(1, len(tgt_tokens), d_model)  # [B=1, T=4, d]
@@ -386,7 +399,8 @@ q = mha.q_proj(src)
 print("q_proj(src)                 ", tuple(q.shape))
 print("view  [B, T, h, d_k]        ", tuple(q.view(1, 5, h, d_model // h).shape))
 qh = mha.split_heads(q)
-print("transpose -> [B, h, T, d_k] ", tuple(qh.shape), "contiguous:", qh.is_contiguous())
+print("transpose -> [B, h, T, d_k] ", tuple(qh.shape), "contiguous:", qh.is_contiguous(),
+      " same memory as q:", qh.untyped_storage().data_ptr() == q.untyped_storage().data_ptr())
 kh = mha.split_heads(mha.k_proj(src))
 print("scores q k^T [B, h, T, T]   ", tuple((qh @ kh.transpose(-2, -1)).shape))
 out_h, w = scaled_dot_product_attention(qh, kh, mha.split_heads(mha.v_proj(src)))
@@ -407,8 +421,9 @@ print("cross-attention: output", tuple(out.shape), " weights", tuple(weights.sha
 # `merge_heads` undoes `split_heads` exactly:
 
 # %%
+d_k = d_model // h
 for i in range(h):
-    assert torch.equal(qh[0, i], q[0, :, i * 4:(i + 1) * 4])
+    assert torch.equal(qh[0, i], q[0, :, i * d_k:(i + 1) * d_k])
 assert torch.equal(mha.merge_heads(qh), q)
 print("head i = feature slice i; merge_heads(split_heads(x)) == x")
 
@@ -438,8 +453,8 @@ assert all(n_params(MultiHeadAttention(512, hh)) == 4 * (512 * 512 + 512) == sin
 # %% [markdown]
 # ### Two ways to build it: a list of heads, or one fused projection
 #
-# The formula suggests a direct translation, which is what seed 004 writes: keep a list of
-# $h$ small `Linear(d_model, d_k)` layers for each of Q, K, V, run attention once per head,
+# The formula suggests a direct translation: keep a list of $h$ small
+# `Linear(d_model, d_k)` layers for each of Q, K, V, run attention once per head,
 # concatenate. Here it is as a teaching version (not exported), using chapter 03's
 # attention for each head:
 
@@ -491,12 +506,15 @@ assert torch.allclose(a_out, b_out, atol=1e-6) and torch.allclose(a_w, b_w, atol
 assert n_params(per_head) == n_params(fused)
 
 # %% [markdown]
-# Same function, same parameters. The difference is speed: the per-head version launches
-# $3h$ small matrix multiplies and $h$ attention calls from a Python loop, the fused one
-# three large multiplies and one batched attention call. Timed on a forward and backward
-# pass (batch 8, length 32, `d_model = 256`, 16 heads), best of a few runs, in CPU
-# seconds on one thread (a measure of work that a busy machine does not distort). The gap
-# grows with the number of heads, since the loop's overhead is paid per head:
+# Same function, same parameters. What differs is speed: the per-head version launches
+# $3h$ small matrix multiplies and $h$ attention calls from a Python loop; the fused
+# version makes one multiply for Q, K and V together and one batched attention call
+# (plus, in both, the output projection). Timed on a forward and backward pass (batch 8,
+# length 32, `d_model = 256`, with 2 and with 16 heads), best of 7 runs, in CPU time on
+# one thread (process time counts the work this program does, so other programs on a busy
+# machine distort it far less than a wall clock would). With 2 heads the two take about
+# the same time; the gap grows with the number of heads, since the loop's overhead is
+# paid per head:
 
 # %%
 def best_time(fn, repeats: int = 7) -> float:
@@ -515,23 +533,27 @@ def best_time(fn, repeats: int = 7) -> float:
     return min(times)
 
 
-big_per_head, big_fused = PerHeadAttention(256, 16), MultiHeadAttention(256, 16)
-x_big = torch.randn(8, 32, 256)
+x_big = torch.randn(8, 32, 256)  # [B, T, d_model]
 
 
 def step(module):
     return lambda: module(x_big, x_big, x_big)[0].sum().backward()
 
 
-t_per_head, t_fused = best_time(step(big_per_head)), best_time(step(big_fused))
+timings = {}  # heads -> (per-head seconds, fused seconds)
+for n_heads in (2, 16):
+    timings[n_heads] = (best_time(step(PerHeadAttention(256, n_heads))),
+                        best_time(step(MultiHeadAttention(256, n_heads))))
+speed_up = {n_heads: t_loop / t_fused for n_heads, (t_loop, t_fused) in timings.items()}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"per-head: {t_per_head * 1e3:.1f} ms   fused: {t_fused * 1e3:.1f} ms   "
-      f"speed-up: {t_per_head / t_fused:.2f}x")
+for n_heads, (t_loop, t_fused) in timings.items():
+    print(f"{n_heads:2d} heads: per-head {t_loop * 1e3:5.1f} ms   fused {t_fused * 1e3:5.1f} ms   "
+          f"speed-up {speed_up[n_heads]:.2f}x")
 
 # %%
-assert t_per_head / t_fused > 1.5, (t_per_head, t_fused)  # several times faster in practice
+assert speed_up[16] > 1.5 and speed_up[16] > speed_up[2], speed_up  # the loop costs per head
 
 # %% [markdown]
 # ## 5 · Checks
@@ -551,11 +573,11 @@ assert torch.allclose(out[:, :-1], out2[:, :-1]) and not torch.allclose(out[:, -
 print("rows sum to 1, masked weights are 0, no future leak")
 
 # %% [markdown]
-# **Padding in cross-attention.** A batch of two sources, the second padded (id 0) after
-# three tokens: chapter 04's `padding_mask` gives `[B, 1, 1, S]`, which broadcasts over
-# heads and target positions. A source that is entirely padding (a degenerate case that
-# must not poison a batch) gives zero output from the attention, never NaN; what remains
-# is the output projection's bias.
+# **Padding in cross-attention.** A batch of three sources: the first with no padding,
+# the second padded (id 0) after three tokens, the third entirely padding (a degenerate
+# case that must not poison a batch). Chapter 04's `padding_mask` gives `[B, 1, 1, S]`,
+# which broadcasts over heads and target positions. The all-padding source gives zero
+# output from the attention, never NaN; what remains is the output projection's bias.
 
 # %%
 src_ids = torch.tensor([[1, 5, 6, 7, 2], [1, 5, 2, 0, 0], [0, 0, 0, 0, 0]])  # [3, 5]
@@ -640,8 +662,13 @@ drop = MultiHeadAttention(d_model, h, dropout=0.5)
 copy_per_head_into(drop, per_head)
 w_train = drop.train()(src, src, src)[1]
 w_eval = drop.eval()(src, src, src)[1]
-print("training: fraction of zero weights", f"{(w_train == 0).float().mean().item():.2f}")
+kept = w_train != 0
+rows_summing_to_one = torch.isclose(w_train.sum(-1), torch.tensor(1.0)).sum().item()
+print(f"training: fraction of zero weights {1 - kept.float().mean().item():.2f}, "
+      f"rows that still sum to 1: {rows_summing_to_one} of {h * 5}")
 assert (w_train == 0).any() and torch.allclose(w_eval.sum(-1), torch.ones(1, h, 5))
+assert torch.allclose(w_train[kept], w_eval[kept] / (1 - 0.5))  # survivors scaled by 1/(1-p)
+assert rows_summing_to_one == 0
 assert torch.equal(drop(src, src, src)[0], drop(src, src, src)[0])
 
 # %% [markdown]
@@ -649,7 +676,7 @@ assert torch.equal(drop(src, src, src)[0], drop(src, src, src)[0])
 #
 # Back to the neighbour task of section 1. Below, the attention weights of the trained
 # models on one sequence: rows are queries (positions), columns are keys. The single head
-# (left) has to settle on one side; the two heads of the multi-head model split the job,
+# (left) settles on one side; the two heads of the multi-head model split the job,
 # one reading the left neighbour (the sub-diagonal), the other the right one (the
 # super-diagonal). Nobody told them to: the task made them.
 
@@ -672,13 +699,16 @@ fig.tight_layout()
 plt.show()
 
 # %%
-# Each head of the two-head model puts most weight one step left or one step right.
-offsets = sorted(
-    round(((w_two[i].argmax(-1) - torch.arange(SEQ))[1:-1].float().mean()).item())
-    for i in range(2)
-)
-print("dominant offset per head:", offsets)
-assert offsets == [-1, 1]
+def dominant_offset(weights: torch.Tensor) -> int:
+    """[SEQ, SEQ] weights -> where the inner queries look most, relative to themselves."""
+    return round(((weights.argmax(-1) - torch.arange(SEQ))[1:-1].float().mean()).item())
+
+
+offsets = sorted(dominant_offset(w_two[i]) for i in range(2))
+print("dominant offset of the single head:", dominant_offset(w_one),
+      "| of each of the two heads:", offsets)
+assert abs(dominant_offset(w_one)) == 1  # one side only
+assert offsets == [-1, 1]  # one head looks left, the other right
 
 # %% [markdown]
 # ## 7 · What we can do now, and what is still missing
@@ -700,9 +730,9 @@ assert offsets == [-1, 1]
 # ### Exercise 1 · Split heads by hand
 # Write `split_heads_manual(x, num_heads)` that turns `x` of shape `[B, T, d_model]` into
 # `[B, num_heads, T, d_model // num_heads]` with `view` and `transpose`, like
-# `MultiHeadAttention.split_heads` but without the module. The check compares your result
-# with the module's on a random tensor, and checks that head `i` holds features
-# `i·d_k … (i+1)·d_k − 1`.
+# `MultiHeadAttention.split_heads` but without the module. The check tries 3 and 4 heads
+# on a random tensor `[2, 5, 12]`: the shape, that head `i` holds features
+# `i·d_k … (i+1)·d_k − 1` of every position, and equality with the module's result.
 
 # %%
 def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -715,11 +745,20 @@ def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 # %%
 #| check ex1-split
-_x = torch.randn(2, 5, 12)
-_s = split_heads_manual(_x, 3)
-assert _s.shape == (2, 3, 5, 4)
-assert torch.equal(_s, MultiHeadAttention(12, 3).split_heads(_x))
-assert torch.equal(_s[:, 2], _x[..., 8:12])
+_x = torch.randn(2, 5, 12)  # [B, T, d_model]
+for _h in (3, 4):
+    _dk = 12 // _h
+    _s = split_heads_manual(_x, _h)
+    assert isinstance(_s, torch.Tensor), f"expected a tensor, got {type(_s).__name__}"
+    assert _s.shape == (2, _h, 5, _dk), (
+        f"{_h} heads: expected [B, num_heads, T, d_k] = [2, {_h}, 5, {_dk}], got {list(_s.shape)}")
+    for _i in range(_h):
+        assert torch.equal(_s[:, _i], _x[..., _i * _dk:(_i + 1) * _dk]), (
+            f"{_h} heads: head {_i} should hold features {_i * _dk}..{(_i + 1) * _dk - 1} of every "
+            f"position, x[..., {_i * _dk}:{(_i + 1) * _dk}], and it does not. Did you reshape "
+            "straight to [B, heads, T, d_k] (no transpose), or cut the features with a stride?")
+    assert torch.equal(_s, MultiHeadAttention(12, _h).split_heads(_x)), (
+        f"{_h} heads: your result differs from MultiHeadAttention.split_heads")
 
 # %% [markdown]
 # ### Exercise 2 · Average the heads like PyTorch
@@ -740,12 +779,24 @@ def averaged_weights(mha: MultiHeadAttention, query, key, value, mask=None) -> t
 # %%
 #| check ex2-average
 _m = MultiHeadAttention(16, 4).eval()
-_x = torch.randn(2, 6, 16)
-_mask = causal_mask(6)
+_x = torch.randn(2, 6, 16)  # [B, T, d_model]
+_mask = causal_mask(6)  # [1, 1, 6, 6], True = may attend
 _avg = averaged_weights(_m, _x, _x, _x, _mask)
-_, _ref = to_torch(_m)(_x, _x, _x, attn_mask=~_mask[0, 0])
-assert _avg.shape == (2, 6, 6)
-assert torch.allclose(_avg, _ref, atol=1e-6)
+_, _ref = to_torch(_m)(_x, _x, _x, attn_mask=~_mask[0, 0])  # PyTorch: True = blocked; averages
+assert isinstance(_avg, torch.Tensor), f"expected a tensor, got {type(_avg).__name__}"
+assert _avg.shape == (2, 6, 6), (
+    f"expected [B, Tq, Tk] = [2, 6, 6], got {list(_avg.shape)}: average the weights "
+    "[B, heads, Tq, Tk] over the heads axis, dim 1")
+_future = _avg.masked_select(~_mask[0]).abs().max().item()
+assert _future == 0, (
+    f"under the causal mask, weight on future keys must be 0, got up to {_future:.3f}: "
+    "did you pass the mask on, as it is (True = may attend)?")
+_sums = _avg.sum(-1)
+assert torch.allclose(_sums, torch.ones(2, 6), atol=1e-5), (
+    f"an average of attention rows sums to 1, yours sum to {_sums.min().item():.3f} to "
+    f"{_sums.max().item():.3f}: a sum over the heads instead of a mean?")
+_gap = (_avg - _ref).abs().max().item()
+assert _gap < 1e-6, f"differs from nn.MultiheadAttention's averaged weights by up to {_gap:.3g}"
 
 # %% [markdown]
 # ### Exercise 3 · Switch one head off
@@ -753,9 +804,11 @@ assert torch.allclose(_avg, _ref, atol=1e-6)
 # replaced by zeros before the heads are mixed by `out_proj`. Write
 # `ablate_head(mha, x, head)` that returns the self-attention output `[B, T, d_model]` of
 # `mha` on `x` with head `head` switched off. Use the module's pieces (`q_proj`,
-# `split_heads`, `scaled_dot_product_attention`, `merge_heads`, `out_proj`). The check
-# compares with a different route to the same answer: zeroing the columns of
-# `out_proj.weight` that read that head.
+# `split_heads`, `scaled_dot_product_attention`, `merge_heads`, `out_proj`), and leave
+# `mha` itself unchanged. The check tries heads 0, 1 and 3 of a 4-head module
+# (`d_model = 24`, so `d_k = 6`) and compares with a different route to the same answer:
+# a copy of the module whose `out_proj.weight` has zeros in the columns that read that
+# head.
 
 # %%
 def ablate_head(mha: MultiHeadAttention, x: torch.Tensor, head: int) -> torch.Tensor:
@@ -771,15 +824,30 @@ def ablate_head(mha: MultiHeadAttention, x: torch.Tensor, head: int) -> torch.Te
 
 # %%
 #| check ex3-ablate
-_m = MultiHeadAttention(16, 4).eval()
-_x = torch.randn(2, 5, 16)
-_cut = MultiHeadAttention(16, 4).eval()
-_cut.load_state_dict(_m.state_dict())
+_m = MultiHeadAttention(24, 4).eval()  # d_head = 6
+_x = torch.randn(2, 5, 24)  # [B, T, d_model]
+_weights = {_k: _v.clone() for _k, _v in _m.state_dict().items()}
 with torch.no_grad():
-    _cut.out_proj.weight[:, 4:8] = 0  # the columns that read head 1
-_got = ablate_head(_m, _x, 1)
-assert torch.allclose(_got, _cut(_x, _x, _x)[0], atol=1e-6)
-assert not torch.allclose(_got, _m(_x, _x, _x)[0], atol=1e-3)
+    _full = _m(_x, _x, _x)[0]
+for _head in (0, 1, 3):
+    _cut = MultiHeadAttention(24, 4).eval()
+    _cut.load_state_dict(_weights)
+    with torch.no_grad():
+        _cut.out_proj.weight[:, _head * 6:(_head + 1) * 6] = 0  # the columns that read this head
+        _want = _cut(_x, _x, _x)[0]
+        _got = ablate_head(_m, _x, _head)
+    _changed = [_k for _k, _v in _m.state_dict().items() if not torch.equal(_v, _weights[_k])]
+    assert not _changed, (
+        f"ablate_head changed the module's own weights ({', '.join(_changed)}): switch the head "
+        "off in the computation, not in mha")
+    assert isinstance(_got, torch.Tensor) and _got.shape == (2, 5, 24), (
+        f"head {_head}: expected [B, T, d_model] = [2, 5, 24], got {getattr(_got, 'shape', _got)}")
+    assert not torch.allclose(_got, _full, atol=1e-3), (
+        f"head {_head}: your output equals the full module's output: nothing was switched off")
+    _gap = (_got - _want).abs().max().item()
+    assert _gap < 1e-5, (
+        f"head {_head}: expected the output with that head's output [B, T, d_k] zeroed before "
+        f"the heads are merged and mixed by out_proj; yours differs by up to {_gap:.3g}")
 
 # %% [markdown]
 # ## 9 · Summary
@@ -791,7 +859,8 @@ assert not torch.allclose(_got, _m(_x, _x, _x)[0], atol=1e-3)
 #   width $d_\text{model}$ plus $W^O$: $4(d_\text{model}^2 + d_\text{model})$.
 # * In code the $h$ projections are one `Linear`; heads are feature slices, cut out with
 #   `view` + `transpose` (`[B, T, d] → [B, h, T, d/h]`) and glued back with
-#   `transpose` + `reshape`. The fused form equals the per-head list and is faster.
+#   `transpose` + `reshape`. The fused form equals the per-head list, and is faster once
+#   there are more than a few heads.
 # * Self- and cross-attention differ only in where key and value come from; the output
 #   has the query's length.
 # * `MultiHeadAttention` reuses chapter 03's attention (masks: True = may attend; empty

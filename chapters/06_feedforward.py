@@ -22,7 +22,7 @@
 # gather what it needs from the others. This chapter adds the second half of every
 # Transformer layer: a small two-layer network that then **processes** what each position
 # has gathered, at each position separately. It is the simplest module of the model and,
-# as we will count, the one that holds most of its parameters.
+# as we will count, the one that holds the largest share of each layer's parameters.
 
 # %%
 #| default_exp feedforward
@@ -57,13 +57,18 @@ out, _ = mha(x, x, x)
 affine = mha.out_proj(mha.v_proj(x))  # x W_V W_O + biases: no query, no key
 print("attention on one token == the affine map x W_V W_O + b:",
       torch.allclose(out, affine, atol=1e-6))
+mha2 = MultiHeadAttention(d_model, num_heads=2).eval()  # a second layer on top
+out2, _ = mha2(out, out, out)
+affine2 = mha2.out_proj(mha2.v_proj(affine))  # an affine map of an affine map
+print("two layers == two affine maps in a row:", torch.allclose(out2, affine2, atol=1e-6))
 
 # %%
-assert torch.allclose(out, affine, atol=1e-6)
+assert torch.allclose(out, affine, atol=1e-6) and torch.allclose(out2, affine2, atol=1e-6)
 
 # %% [markdown]
-# So any per-position function that is not affine is out of reach of attention, stacked as
-# deep as we like. The classic example is XOR. Suppose two features of a token say
+# For such a position, attention layers stacked as deep as we like are affine maps in a
+# row, which is again an affine map: any per-position function that is not affine is out
+# of their reach. The classic example is XOR. Suppose two features of a token say
 # "plural?" and "subject?", and what the next layer needs is "exactly one of the two".
 # The best affine fit (least squares, computed exactly) to XOR on its four inputs is the
 # constant 0.5, wrong on every input:
@@ -100,17 +105,20 @@ assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
 # W_2 \in \mathbb{R}^{d_\text{ff}\times d_\text{model}},
 # $$
 #
-# with $d_\text{ff} = 4\,d_\text{model}$ (2048 for $d_\text{model} = 512$): widen, apply the
-# nonlinearity, narrow back, so that the output can be added to the input in the residual
-# path of chapter 07. The two halves have a clean reading: attention decides **where** a
+# with $d_\text{ff} = 4\,d_\text{model}$ (2048 for $d_\text{model} = 512$; Vaswani et al.
+# 2017, *Attention Is All You Need*, section 3.3): widen, apply the nonlinearity, narrow
+# back, so that the output can be added to the input in the residual path of chapter 07. The two halves have a clean reading: attention decides **where** a
 # position reads from; the FFN decides **what to make** of what was read.
 #
-# * **Activation.** The paper uses ReLU; seed 000 (like BERT and GPT) uses GELU,
+# * **Activation.** The paper uses ReLU; BERT (Devlin et al. 2019) and GPT (Radford et al.
+#   2018) use GELU (Hendrycks and Gimpel 2016, *Gaussian Error Linear Units*),
 #   $\operatorname{GELU}(z) = z\,\Phi(z)$ with $\Phi$ the standard normal CDF, a smooth
-#   ReLU that lets small negative values through. Here it is a parameter.
+#   ReLU that lets small negative values through (figure in section 6). Here it is a
+#   parameter.
 # * **Position-wise.** The same $W_1, W_2$ serve every position, and no position sees
-#   another: the FFN commutes with any reordering of the positions. The paper's other
-#   description, "two convolutions with kernel size 1", says the same thing.
+#   another: the FFN commutes with any reordering of the positions (section 5 checks it).
+#   The paper's other description, "two convolutions with kernel size 1", says the same
+#   thing (exercise 3 builds the FFN that way).
 # * **Dropout** sits after the activation, as in `torch.nn.TransformerEncoderLayer`; the
 #   dropout on the sublayer's output belongs to the residual path (chapter 07).
 
@@ -134,7 +142,7 @@ class FeedForward(nn.Module):
 
     [batch, seq, d_model] -> [batch, seq, d_model] (any leading axes work: the same
     weights are applied to every position). d_ff defaults to 4 * d_model (the paper).
-    activation: "relu" (the paper) or "gelu" (seed 000, BERT, GPT). dropout acts on the
+    activation: "relu" (the paper) or "gelu" (BERT, GPT). dropout acts on the
     hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer.
     """
 
@@ -180,16 +188,21 @@ src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
 ffn = FeedForward(16, dropout=0.0)
 x = torch.randn(1, len(src_tokens), 16)  # [B=1, T=5, d_model]
 h1 = ffn.linear1(x)
+off = F.relu(h1)[0] == 0  # [T, d_ff]: which hidden features ReLU switched off, per position
 print(f"input                {tuple(x.shape)}\n"
       f"linear1 (widen)      {tuple(h1.shape)}\n"
       f"ReLU                 {tuple(F.relu(h1).shape)}"
-      f"  fraction zeroed: {(F.relu(h1) == 0).float().mean().item():.2f}\n"
+      f"  fraction zeroed: {off.float().mean().item():.2f}\n"
       f"linear2 (narrow)     {tuple(ffn(x).shape)}\n{ffn}")
+print("fraction zeroed per position:", [round(v, 2) for v in off.float().mean(-1).tolist()])
+patterns = {tuple(row.tolist()) for row in off}
+print(f"different on/off patterns among the {len(src_tokens)} positions: {len(patterns)}")
+assert len(patterns) == len(src_tokens)
 
 # %% [markdown]
-# About half of the hidden units are zero for any given token: ReLU switches off a
-# different subset of the 64 hidden features for each position, which is what makes the
-# map nonlinear.
+# About half of the 64 hidden units are zero at each position, and a different half at
+# each: ReLU switches off a different subset of hidden features for each position, which
+# is what makes the map nonlinear.
 #
 # ## 5 · Checks
 #
@@ -276,12 +289,22 @@ print("\n".join(rows))
 # %%
 assert ffn_p == 2 * d * d_ff + d_ff + d == 2_099_712
 assert abs(layers["encoder layer"]["FFN"] / sum(layers["encoder layer"].values()) - 2 / 3) < 0.01
+assert abs(layers["decoder layer"]["FFN"] / sum(layers["decoder layer"].values()) - 1 / 2) < 0.01
+
+# %% [markdown]
+# The base model has 6 encoder and 6 decoder layers: 12 FFNs against 18 attention
+# sublayers (6 in the encoder, 2 in each decoder layer).
+
+# %%
+ffn_total, attn_total = 12 * ffn_p, 18 * attn_p
+print(f"base model, all layers: FFNs {ffn_total:,} parameters, attention {attn_total:,}")
+assert ffn_total > attn_total
 
 # %%
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 z = torch.linspace(-3, 3, 301)
 ax1.plot(z, F.relu(z), label="ReLU (paper)")
-ax1.plot(z, F.gelu(z), label="GELU (seed 000)")
+ax1.plot(z, F.gelu(z), label="GELU (BERT, GPT)")
 ax1.axhline(0, color="grey", lw=0.5)
 ax1.set_xlabel("z")
 ax1.set_title("activation")
@@ -301,9 +324,10 @@ plt.show()
 
 # %% [markdown]
 # Two thirds of an encoder layer, and half of a decoder layer, is feed-forward network.
-# Across the whole base model (chapter 08 counts it) the FFNs hold more parameters than all
-# the attention put together: attention is the novel part, but most of the model's memory
-# for "what to do with what was read" sits here.
+# Across all the layers of the base model the FFNs hold more parameters than all the
+# attention put together (printed above; chapter 08 counts the whole model, embeddings
+# included): attention is the novel part, but more of the weights that decide "what to do
+# with what was read" sit here.
 
 # %% [markdown]
 # ## 7 · What we can do now, and what is still missing
@@ -313,9 +337,9 @@ plt.show()
 # shared across positions; it equals PyTorch's own FFN with copied weights.
 #
 # **Still missing:** a way to stack them. Chained naively, attention and FFN layers quickly
-# wash out or blow up the signal, and gradients struggle to reach the first layers. Chapter
-# 07 wraps each sublayer in a residual path and a LayerNorm, and builds the encoder and
-# decoder blocks.
+# wash out or blow up the signal, and gradients struggle to reach the first layers
+# (chapter 07 measures both). Chapter 07 wraps each sublayer in a residual path and a
+# LayerNorm, and builds the encoder and decoder blocks.
 
 # %% [markdown]
 # ## 8 · Exercises
@@ -337,11 +361,22 @@ def ffn_by_hand(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.T
 
 # %%
 #| check ex1-by-hand
-_f = FeedForward(6, 10, dropout=0.0)
-_x = torch.randn(3, 4, 6)
-_got = ffn_by_hand(_x, _f.linear1.weight, _f.linear1.bias, _f.linear2.weight, _f.linear2.bias)
-assert _got.shape == (3, 4, 6)
-assert torch.allclose(_got, _f(_x), atol=1e-6)
+_f = FeedForward(6, 10, dropout=0.0)  # d_model = 6, d_ff = 10
+_x = torch.randn(3, 4, 6)  # [B, T, d_model]
+_w1, _b1, _w2, _b2 = _f.linear1.weight, _f.linear1.bias, _f.linear2.weight, _f.linear2.bias
+with torch.no_grad():
+    _got = ffn_by_hand(_x, _w1, _b1, _w2, _b2)
+    _want = _f(_x)
+    _no_relu = (_x @ _w1.T + _b1) @ _w2.T + _b2
+assert isinstance(_got, torch.Tensor), f"expected a tensor, got {type(_got).__name__}"
+assert _got.shape == (3, 4, 6), f"expected [B, T, d_model] = [3, 4, 6], got {list(_got.shape)}"
+assert not torch.allclose(_got, _no_relu, atol=1e-6), (
+    "your result is (x W1 + b1) W2 + b2 with no max(0, .) between the two layers")
+_gap = (_got - _want).abs().max().item()
+assert _gap < 1e-6, (
+    f"differs from FeedForward by up to {_gap:.3g}: expected max(0, x @ w1.T + b1) @ w2.T + b2, "
+    "with b1 added before the max and nothing applied after the second layer")
+print("ex1 passed")
 
 # %% [markdown]
 # ### Exercise 2 · Sort two numbers with an FFN
@@ -370,10 +405,23 @@ def sorting_ffn() -> FeedForward:
 # %%
 #| check ex2-sort
 _f = sorting_ffn()
-assert isinstance(_f, FeedForward) and _f.linear1.out_features == 4
-_x = torch.randn(5, 7, 2)
-_want = torch.stack([_x.max(-1).values, _x.min(-1).values], dim=-1)
-assert torch.allclose(_f.eval()(_x), _want, atol=1e-5)
+assert isinstance(_f, FeedForward), f"expected a FeedForward, got {type(_f).__name__}"
+assert (_f.d_model, _f.d_ff) == (2, 4), (
+    f"expected FeedForward(2, d_ff=4), got d_model={_f.d_model}, d_ff={_f.d_ff}")
+_x = torch.randn(5, 7, 2)  # [B, T, 2]: pairs (a, b) of both signs
+_want = torch.stack([_x.max(-1).values, _x.min(-1).values], dim=-1)  # (max, min)
+with torch.no_grad():
+    _got = _f.eval()(_x)
+_err = (_got - _want).abs().amax(-1)  # [B, T]
+if _err.max() > 1e-5:
+    _b, _t = divmod(_err.argmax().item(), _x.size(1))
+    _a_in, _b_in = _x[_b, _t].tolist()
+    raise AssertionError(
+        f"input (a, b) = ({_a_in:.3f}, {_b_in:.3f}): expected (max, min) = "
+        f"({max(_a_in, _b_in):.3f}, {min(_a_in, _b_in):.3f}), got "
+        f"({_got[_b, _t, 0].item():.3f}, {_got[_b, _t, 1].item():.3f}); "
+        f"{(_err > 1e-5).sum().item()} of {_err.numel()} positions are wrong")
+print("ex2 passed")
 
 # %% [markdown]
 # ### Exercise 3 · Two convolutions with kernel size 1
@@ -402,11 +450,25 @@ def as_convolutions(ffn: FeedForward) -> nn.Sequential:
 
 # %%
 #| check ex3-conv
+torch.manual_seed(6)
 for _act in ("relu", "gelu"):
-    _f = FeedForward(8, 20, activation=_act).eval()
-    _x = torch.randn(2, 6, 8)
+    _f = FeedForward(8, 20, activation=_act).eval()  # d_model = 8, d_ff = 20
+    _x = torch.randn(2, 6, 8)  # [B, T, d_model]
     _conv = as_convolutions(_f)
-    assert torch.allclose(_conv(_x.transpose(1, 2)).transpose(1, 2), _f(_x), atol=1e-5)
+    assert isinstance(_conv, nn.Sequential), f"expected an nn.Sequential, got {type(_conv).__name__}"
+    _convs = [_layer for _layer in _conv if isinstance(_layer, nn.Conv1d)]
+    assert [(_c.in_channels, _c.out_channels, _c.kernel_size) for _c in _convs] == [
+        (8, 20, (1,)), (20, 8, (1,))], (
+        "expected Conv1d(8, 20, kernel_size=1) then Conv1d(20, 8, kernel_size=1), got "
+        f"{[(_c.in_channels, _c.out_channels, _c.kernel_size) for _c in _convs]}")
+    with torch.no_grad():
+        _got = _conv(_x.transpose(1, 2)).transpose(1, 2)  # Conv1d wants [B, channels, T]
+        _gap = (_got - _f(_x)).abs().max().item()
+    assert _gap < 1e-5, (
+        f"activation {_act!r}: the convolutions differ from ffn(x) by up to {_gap:.3g}; expected "
+        "both layers' weights (as [out, in, 1]) and biases copied, and the same activation "
+        "as ffn.activation_name (nn.GELU() is the exact GELU)")
+print("ex3 passed")
 
 # %% [markdown]
 # ## 9 · Summary
@@ -416,6 +478,6 @@ for _act in ("relu", "gelu"):
 # * The position-wise FFN, $\max(0, xW_1 + b_1)W_2 + b_2$ with $d_\text{ff} = 4d_\text{model}$,
 #   adds the nonlinearity: the same two-layer network at every position, no mixing across
 #   positions (permuting positions permutes outputs).
-# * ReLU (the paper) or GELU (seed 000) is a parameter; dropout acts on the hidden layer.
+# * ReLU (the paper) or GELU (BERT, GPT) is a parameter; dropout acts on the hidden layer.
 # * `FeedForward` equals the FFN inside `torch.nn.TransformerEncoderLayer` with copied
 #   weights, and holds about two thirds of an encoder layer's parameters.

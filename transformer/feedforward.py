@@ -13,7 +13,7 @@ class FeedForward(nn.Module):
 
     [batch, seq, d_model] -> [batch, seq, d_model] (any leading axes work: the same
     weights are applied to every position). d_ff defaults to 4 * d_model (the paper).
-    activation: "relu" (the paper) or "gelu" (seed 000, BERT, GPT). dropout acts on the
+    activation: "relu" (the paper) or "gelu" (BERT, GPT). dropout acts on the
     hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer.
 
     Defined in chapter 06, Position-wise feed-forward network (`chapters/06_feedforward.ipynb`).

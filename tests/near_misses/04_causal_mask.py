@@ -1,0 +1,121 @@
+"""Near-miss answers to chapter 04's exercises: mistakes students really make.
+
+`python tools/exercises.py verify` proves that each exercise's check fails on each
+answer below (as it fails on the stub) and passes on the solution. Each answer is
+the whole source of the exercise's solution cell, as a student would return it.
+"""
+
+NEAR_MISSES = {
+    "ex1-causal": {
+        "uses < instead of <= (the diagonal is masked: a token cannot read itself)": '''
+def causal_by_hand(size):
+    """[size, size] bool: True where key j <= query i."""
+    i = torch.arange(size)[:, None]
+    j = torch.arange(size)[None, :]
+    return j < i
+''',
+        "query and key axes swapped (the upper triangle: only the future is visible)": '''
+def causal_by_hand(size):
+    """[size, size] bool: True where key j <= query i."""
+    i = torch.arange(size)[None, :]
+    j = torch.arange(size)[:, None]
+    return j <= i
+''',
+        "returns a 0/1 float mask instead of a bool one": '''
+def causal_by_hand(size):
+    """[size, size] bool: True where key j <= query i."""
+    i = torch.arange(size)[:, None]
+    j = torch.arange(size)[None, :]
+    return (j <= i).float()
+''',
+    },
+    "ex2-lengths": {
+        "uses <= instead of < (one pad too many counted as a word)": '''
+def mask_from_lengths(lengths, max_len):
+    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
+    return (torch.arange(max_len)[None, :] <= lengths[:, None])[:, None, None, :]
+''',
+        "returns [B, max_len] without the two singleton axes": '''
+def mask_from_lengths(lengths, max_len):
+    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
+    return torch.arange(max_len)[None, :] < lengths[:, None]
+''',
+        "puts the key axis in the query slot, [B, 1, max_len, 1]": '''
+def mask_from_lengths(lengths, max_len):
+    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
+    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :, None]
+''',
+        "sizes the mask by the longest length instead of max_len": '''
+def mask_from_lengths(lengths, max_len):
+    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
+    positions = torch.arange(int(lengths.max()))
+    return (positions[None, :] < lengths[:, None])[:, None, None, :]
+''',
+    },
+    "ex3-additive": {
+        "uses -inf (the exercise asks for a finite value)": '''
+def additive_mask(mask, dtype):
+    """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
+''',
+        "uses the common -1e9 patch instead of the dtype's minimum": '''
+def additive_mask(mask, dtype):
+    """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, -1e9)
+''',
+        "inverted: the minimum where the mask is True (may attend)": '''
+def additive_mask(mask, dtype):
+    """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, torch.finfo(dtype).min)
+''',
+        "forgets dtype= in torch.zeros (always float32)": '''
+def additive_mask(mask, dtype):
+    """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
+    return torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(dtype).min)
+''',
+    },
+    "ex4-leak": {
+        "stops one t early: range(1, T - 1) never tries t = T-1": '''
+def future_leak(attend, x):
+    """Largest change of attend(x)[:, :t] when x[:, t:] is scrambled, over t = 1..T-1."""
+    T = x.size(1)
+    base = attend(x)
+    worst = 0.0
+    for t in range(1, T - 1):
+        x2 = x.clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])
+        worst = max(worst, (attend(x2)[:, :t] - base[:, :t]).abs().max().item())
+    return worst
+''',
+        "tries only t = 1 (scrambles everything after the first token once)": '''
+def future_leak(attend, x):
+    """Largest change of attend(x)[:, :t] when x[:, t:] is scrambled, over t = 1..T-1."""
+    x2 = x.clone()
+    x2[:, 1:] = torch.randn_like(x2[:, 1:])
+    return (attend(x2)[:, :1] - attend(x)[:, :1]).abs().max().item()
+''',
+        "compares output[:, :t+1], the scrambled position itself included": '''
+def future_leak(attend, x):
+    """Largest change of attend(x)[:, :t] when x[:, t:] is scrambled, over t = 1..T-1."""
+    T = x.size(1)
+    base = attend(x)
+    worst = 0.0
+    for t in range(1, T):
+        x2 = x.clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])
+        worst = max(worst, (attend(x2)[:, :t + 1] - base[:, :t + 1]).abs().max().item())
+    return worst
+''',
+        "scrambles the caller's x in place (no clone)": '''
+def future_leak(attend, x):
+    """Largest change of attend(x)[:, :t] when x[:, t:] is scrambled, over t = 1..T-1."""
+    T = x.size(1)
+    base = attend(x)
+    worst = 0.0
+    for t in range(1, T):
+        x[:, t:] = torch.randn_like(x[:, t:])
+        worst = max(worst, (attend(x)[:, :t] - base[:, :t]).abs().max().item())
+    return worst
+''',
+    },
+}
