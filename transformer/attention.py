@@ -104,8 +104,9 @@ def scaled_dot_product_attention(
             training; default 0.0).
         scale: factor on the scores, > 0; default 1 / sqrt(d_k).
         need_weights: return the weights (default True). With False the output comes
-            from PyTorch's fused kernel, which never stores the [q_len, k_len] matrix,
-            and the weights returned are None.
+            from PyTorch's fused kernel, which never stores the [q_len, k_len] matrix
+            (except with dropout on the CPU, where the explained path is faster), and the
+            weights returned are None.
 
     Returns:
         output [..., q_len, d_v], and weights [..., q_len, k_len] (the weights actually
@@ -125,7 +126,9 @@ def scaled_dot_product_attention(
         "scale", scale, 0.0, low_closed=False)
     if mask is not None:
         mask = _check_mask(mask, (*q.shape[:-1], k.size(-2)))
-    if not need_weights:
+    # PyTorch's CPU kernel has no dropout of its own (it falls back to a slower unfused
+    # path), so with dropout on the CPU the explained path below is the faster one.
+    if not need_weights and (dropout_p == 0.0 or q.device.type != "cpu"):
         return _fused_attention(q, k, v, mask, dropout_p, scale), None
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
     if mask is None:
@@ -138,7 +141,7 @@ def scaled_dot_product_attention(
         weights = scores.softmax(dim=-1) * mask
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+    return weights @ v, (weights if need_weights else None)  # [..., q_len, d_v], [..., q_len, k_len]
 
 # %% chapters/03_attention.ipynb, cell 16
 class SingleHeadSelfAttention(nn.Module):
