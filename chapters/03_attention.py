@@ -195,21 +195,21 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
 
 
-def _check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> Tensor:
+def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], name: str = "mask") -> Tensor:
     """Return mask, checked: bool, broadcasting to the scores [..., q_len, k_len].
 
     Leading size-1 axes beyond the scores' rank are dropped, so that a mask built for
     [batch, heads, q_len, k_len] (such as causal_mask's [1, 1, T, T]) also serves
-    scores without a heads axis.
+    scores without a heads axis. name: the argument as the caller knows it.
     """
     if not isinstance(mask, Tensor):
-        raise TypeError(f"mask must be None or a bool torch.Tensor, got {type(mask).__name__}")
+        raise TypeError(f"{name} must be None or a bool torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         # A float mask is refused, never guessed at: 0/1 "keep" masks and 0/-inf additive
         # masks are both float, and they mean opposite things at 0.
         raise TypeError(
-            f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
-            "for an additive float mask (0 = keep, -inf = block) pass `mask == 0`"
+            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
+            f"for an additive float mask (0 = keep, -inf = block) pass `{name} == 0`"
         )
     extra = mask.dim() - len(scores_shape)
     if extra > 0 and all(n == 1 for n in mask.shape[:extra]):
@@ -218,7 +218,7 @@ def _check_mask(mask: Tensor, scores_shape: tuple[int, ...]) -> Tensor:
     tail = scores_shape[len(scores_shape) - mask.dim():] if mask.dim() <= len(scores_shape) else None
     if tail is None or not all(m in (1, s) for m, s in zip(mask.shape, tail, strict=True)):
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"[..., q_len, k_len] = {tuple(scores_shape)}"
         )
     return mask

@@ -312,12 +312,26 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """[B, T, d_model] -> [B, num_heads, T, d_head] (a view: no copy)."""
+        """Cut the last axis into heads: a view, no copy.
+
+        Args:
+            x: [B, T, d_model].
+
+        Returns:
+            [B, num_heads, T, d_head].
+        """
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.d_head).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """[B, num_heads, T, d_head] -> [B, T, d_model] (heads concatenated)."""
+        """Concatenate the heads again (the inverse of split_heads).
+
+        Args:
+            x: [B, num_heads, T, d_head].
+
+        Returns:
+            [B, T, d_model].
+        """
         b, _, t, _ = x.shape
         # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
@@ -329,6 +343,14 @@ class MultiHeadAttention(nn.Module):
         [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight). Otherwise three, one
         per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
         that chapter 10 can count the key projections with a forward hook on k_proj).
+
+        Args:
+            query: [B, Tq, d_model].
+            key: [B, Tk, d_model].
+            value: [B, Tk, d_model].
+
+        Returns:
+            q [B, Tq, d_model], k and v [B, Tk, d_model].
         """
         if query is key and key is value:
             qkv = _fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))  # [B, T, 3·d_model]

@@ -113,7 +113,14 @@ print(f"load     {os.getloadavg()[0]:.1f} (1-minute average of runnable processe
 # %%
 #| export
 def cpu_seconds(fn: Callable[[], object]) -> float:
-    """CPU seconds of this process (all its threads) spent in one call of fn."""
+    """CPU seconds of this process (all its threads) spent in one call of fn.
+
+    Args:
+        fn: the function to time (called once, without arguments).
+
+    Returns:
+        CPU seconds (time.process_time) of the call.
+    """
     start = time.process_time()
     fn()
     return time.process_time() - start
@@ -176,7 +183,15 @@ class TorchReference(nn.Module):
         self.generator = nn.Linear(d_model, vocab)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src [B, S], tgt [B, T] token ids -> logits [B, T, vocab]."""
+        """Embed, run torch.nn.Transformer with padding and causal masks, project.
+
+        Args:
+            src: source ids [B, S].
+            tgt: target ids [B, T].
+
+        Returns:
+            logits [B, T, vocab].
+        """
         scale = math.sqrt(self.d_model)
         s = self.positional(self.src_embed(src) * scale)
         t = self.positional(self.tgt_embed(tgt) * scale)
@@ -190,6 +205,13 @@ class TorchReference(nn.Module):
 def random_batch(batch: int, src_len: int, tgt_len: int, vocab: int, seed: int = 0,
                  pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """Random token ids with sentence lengths spread over [len/2, len], the rest padding.
+
+    Args:
+        batch: number of sentences.
+        src_len, tgt_len: padded lengths.
+        vocab: ids are drawn from [1, vocab).
+        seed: seed of the generator (default 0).
+        pad_id: the padding id (default 0).
 
     Returns:
         src [batch, src_len], decoder input [batch, tgt_len], labels [batch, tgt_len].
@@ -206,7 +228,16 @@ def random_batch(batch: int, src_len: int, tgt_len: int, vocab: int, seed: int =
 
 def train_step(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
                pad_id: int = 0) -> Callable[[], None]:
-    """A function that runs one training step (forward, loss, backward, Adam) on batch."""
+    """A function that runs one training step (forward, loss, backward, Adam) on batch.
+
+    Args:
+        model: a model taking (src, tgt_in) and returning logits [B, T, V].
+        batch: (src, decoder input, labels), as random_batch returns it.
+        pad_id: the label ignored by the loss (default 0).
+
+    Returns:
+        A function without arguments; each call is one step.
+    """
     src, tgt_in, labels = batch
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
@@ -222,7 +253,15 @@ def train_step(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
 
 
 def eval_forward(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Callable[[], None]:
-    """A function that runs one forward pass in eval mode, without autograd."""
+    """A function that runs one forward pass in eval mode, without autograd.
+
+    Args:
+        model: a model taking (src, tgt_in).
+        batch: (src, decoder input, labels), as random_batch returns it.
+
+    Returns:
+        A function without arguments; each call is one forward pass.
+    """
     src, tgt_in, _ = batch
 
     def forward() -> None:
@@ -235,7 +274,15 @@ def eval_forward(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Call
 
 def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
                   dropout: float, max_len: int) -> tuple[Transformer, TorchReference]:
-    """Our Transformer and the reference, both seeded, with the same sizes."""
+    """Our Transformer and the reference, both seeded, with the same sizes.
+
+    Args:
+        vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes
+            (num_layers encoder and num_layers decoder layers).
+
+    Returns:
+        (ours, reference).
+    """
     torch.manual_seed(0)
     ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads,
                        num_encoder_layers=num_layers, num_decoder_layers=num_layers, d_ff=d_ff,
@@ -376,6 +423,12 @@ def bytes_per_token(model: Transformer) -> int:
 
     Every decoder parameter except cross-attention's key and value projections (computed
     once per source), plus the output layer and one embedding row.
+
+    Args:
+        model: the Transformer.
+
+    Returns:
+        Bytes (a tied table counted once).
     """
     skipped = {id(p) for layer in model.decoder.layers
                for p in (*layer.cross_attn.k_proj.parameters(), *layer.cross_attn.v_proj.parameters())}
@@ -388,6 +441,10 @@ def bytes_per_token(model: Transformer) -> int:
 
 def bandwidth_bytes_per_second(n_bytes: int, repeats: int = 5) -> float:
     """Memory bandwidth as a matrix-vector product streams a float32 matrix of n_bytes.
+
+    Args:
+        n_bytes: size of the matrix to stream.
+        repeats: timed products; the fastest counts.
 
     Returns:
         n_bytes / (fastest CPU seconds of one product).

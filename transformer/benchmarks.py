@@ -39,6 +39,12 @@ def machine_info() -> dict:
 def cpu_seconds(fn: Callable[[], object]) -> float:
     """CPU seconds of this process (all its threads) spent in one call of fn.
 
+    Args:
+        fn: the function to time (called once, without arguments).
+
+    Returns:
+        CPU seconds (time.process_time) of the call.
+
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
     start = time.process_time()
@@ -95,7 +101,15 @@ class TorchReference(nn.Module):
         self.generator = nn.Linear(d_model, vocab)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src [B, S], tgt [B, T] token ids -> logits [B, T, vocab]."""
+        """Embed, run torch.nn.Transformer with padding and causal masks, project.
+
+        Args:
+            src: source ids [B, S].
+            tgt: target ids [B, T].
+
+        Returns:
+            logits [B, T, vocab].
+        """
         scale = math.sqrt(self.d_model)
         s = self.positional(self.src_embed(src) * scale)
         t = self.positional(self.tgt_embed(tgt) * scale)
@@ -109,6 +123,13 @@ class TorchReference(nn.Module):
 def random_batch(batch: int, src_len: int, tgt_len: int, vocab: int, seed: int = 0,
                  pad_id: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """Random token ids with sentence lengths spread over [len/2, len], the rest padding.
+
+    Args:
+        batch: number of sentences.
+        src_len, tgt_len: padded lengths.
+        vocab: ids are drawn from [1, vocab).
+        seed: seed of the generator (default 0).
+        pad_id: the padding id (default 0).
 
     Returns:
         src [batch, src_len], decoder input [batch, tgt_len], labels [batch, tgt_len].
@@ -129,6 +150,14 @@ def train_step(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
                pad_id: int = 0) -> Callable[[], None]:
     """A function that runs one training step (forward, loss, backward, Adam) on batch.
 
+    Args:
+        model: a model taking (src, tgt_in) and returning logits [B, T, V].
+        batch: (src, decoder input, labels), as random_batch returns it.
+        pad_id: the label ignored by the loss (default 0).
+
+    Returns:
+        A function without arguments; each call is one step.
+
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
     src, tgt_in, labels = batch
@@ -148,6 +177,13 @@ def train_step(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
 def eval_forward(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Callable[[], None]:
     """A function that runs one forward pass in eval mode, without autograd.
 
+    Args:
+        model: a model taking (src, tgt_in).
+        batch: (src, decoder input, labels), as random_batch returns it.
+
+    Returns:
+        A function without arguments; each call is one forward pass.
+
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
     src, tgt_in, _ = batch
@@ -163,6 +199,13 @@ def eval_forward(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Call
 def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
                   dropout: float, max_len: int) -> tuple[Transformer, TorchReference]:
     """Our Transformer and the reference, both seeded, with the same sizes.
+
+    Args:
+        vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes
+            (num_layers encoder and num_layers decoder layers).
+
+    Returns:
+        (ours, reference).
 
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
@@ -228,6 +271,12 @@ def bytes_per_token(model: Transformer) -> int:
     Every decoder parameter except cross-attention's key and value projections (computed
     once per source), plus the output layer and one embedding row.
 
+    Args:
+        model: the Transformer.
+
+    Returns:
+        Bytes (a tied table counted once).
+
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
     skipped = {id(p) for layer in model.decoder.layers
@@ -241,6 +290,10 @@ def bytes_per_token(model: Transformer) -> int:
 
 def bandwidth_bytes_per_second(n_bytes: int, repeats: int = 5) -> float:
     """Memory bandwidth as a matrix-vector product streams a float32 matrix of n_bytes.
+
+    Args:
+        n_bytes: size of the matrix to stream.
+        repeats: timed products; the fastest counts.
 
     Returns:
         n_bytes / (fastest CPU seconds of one product).

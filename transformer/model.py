@@ -97,6 +97,7 @@ def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
 # %% chapters/08_model.ipynb, cell 10
 from torch import Tensor
 
+from transformer.attention import _check_mask
 from transformer.blocks import Decoder, Encoder
 from transformer.embedding import (
     TokenEmbedding,
@@ -239,16 +240,9 @@ class Transformer(PretrainedModel):
         _check_id_range(name, ids, table.vocab_size)  # eager mode only
 
     def _check_mask(self, mask: Tensor | None, name: str, shape: tuple) -> None:
-        """A mask given by the caller must be bool and broadcast to [B, 1, q_len, k_len]."""
-        if mask is None:
-            return
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
-            raise TypeError(f"{name} must be a bool tensor (True = may attend), got {got}")
-        fits = mask.dim() <= 4 and all(m in (1, s) for m, s in zip(reversed(mask.shape), reversed(shape), strict=False))
-        if not fits:
-            raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to "
-                             f"[batch, heads, q_len, k_len] = {list(shape)}")
+        """A mask given by the caller: bool, broadcasting to shape [B, 1, q_len, k_len]."""
+        if mask is not None:
+            _check_mask(mask, (shape[0], self._config["num_heads"], *shape[2:]), name)
 
     def make_src_mask(self, src: Tensor) -> Tensor:
         """The source padding mask.
@@ -375,7 +369,12 @@ class Transformer(PretrainedModel):
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of distinct parameters (shared or tied weights counted once).
 
-    model: any nn.Module; trainable_only: count only parameters with requires_grad.
+    Args:
+        model: any nn.Module.
+        trainable_only: count only parameters with requires_grad (default True).
+
+    Returns:
+        The number of scalars in the distinct parameters.
 
     Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
     """
