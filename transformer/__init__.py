@@ -26,6 +26,8 @@ from transformer.training import shift_targets, label_smoothed_cross_entropy, no
 from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
+# chapter 14: Appendix: Benchmarks
+from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
 __version__ = "0.1.0"
 
@@ -95,4 +97,16 @@ __all__ = [
     "Translator",
     "load_translator",
     "translate",
+    "machine_info",
+    "cpu_seconds",
+    "interleaved",
+    "TorchReference",
+    "random_batch",
+    "train_step",
+    "eval_forward",
+    "paired_models",
+    "gemm_flops_per_second",
+    "train_step_flops",
+    "bytes_per_token",
+    "bandwidth_bytes_per_second",
 ]
