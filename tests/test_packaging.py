@@ -20,7 +20,9 @@ def test_wheel_holds_the_package_and_not_the_book(tmp_path):
     modules = sorted(p.name for p in (ROOT / "transformer").glob("*.py"))
     assert sorted(n.split("/")[-1] for n in names if n.startswith("transformer/")
                   and n.endswith(".py")) == modules
-    shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer").rglob("*.pt")]
+    shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "checkpoints").rglob("*")
+               if p.is_file()]
+    assert len(shipped) == 4, f"the shipped translator is config, weights and two vocabularies: {shipped}"
     assert all(s in names for s in shipped), "the shipped checkpoint must be in the wheel"
     assert not any(n.startswith(("chapters/", "tests/", "tools/")) for n in names)
 
