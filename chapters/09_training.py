@@ -1498,6 +1498,7 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
     """
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
+    _check_int("seed", seed, 0)  # fit takes None too; here it also orders the batches
     encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=model.max_len,
                      pad_id=model.pad_id)
     valid = encode(valid_pairs, batch_size=500) if valid_pairs else None
