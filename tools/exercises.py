@@ -335,7 +335,8 @@ def exercise_table(chapters: list[Chapter]) -> str:
                      f"({points:g} points)" if i == 0 else "")
             lines.append(f"| {where} | {title} | `{name}` | {p:g} |")
     count = sum(len(chapter.checks) for chapter in chapters)
-    lines.append(f"| **{len(chapters)} chapters** | **{count} exercises** | | **{total:g}** |")
+    with_exercises = sum(1 for chapter in chapters if chapter.checks)
+    lines.append(f"| **{with_exercises} chapters** | **{count} exercises** | | **{total:g}** |")
     return "\n".join(lines)
 
 
@@ -410,7 +411,7 @@ def structure_problems(chapter: Chapter) -> list[str]:
             pending = None
     if pending is not None:
         problems.append(f"cell {pending}: solution with no `#| check` cell after it")
-    if solutions < MIN_EXERCISES:
+    if solutions < MIN_EXERCISES and not chapter.is_appendix:  # appendices need none
         problems.append(f"{solutions} exercises; a chapter needs at least {MIN_EXERCISES}")
     for name, index in chapter.checks:
         cell = chapter.notebook.cells[index]
@@ -472,7 +473,7 @@ def verify(chapter: Chapter, verbose: bool = False,
     fail on each; then the solution runs again and its check must pass again.
     """
     problems = structure_problems(chapter)
-    if problems:
+    if problems or not chapter.checks:  # an appendix without exercises: nothing to run
         return problems
     answers = near_misses(chapter) if answers is None else answers
     names = [name for name, _ in chapter.checks]
@@ -561,6 +562,11 @@ def selected(paths: list[Path]) -> list[Chapter]:
     return [read_chapter(p.resolve().with_suffix(".ipynb")) for p in paths]
 
 
+def with_exercises(chapters: list[Chapter]) -> list[Chapter]:
+    """The chapters that have exercises (an appendix has none: nothing to hand out)."""
+    return [chapter for chapter in chapters if chapter.checks]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -603,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "student":
-            return write_student_copies(selected(args.chapters), args.out, args.force)
+            return write_student_copies(with_exercises(selected(args.chapters)), args.out,
+                                        args.force)
         if args.command == "grade":
             import gradebook
 
@@ -648,7 +655,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "course":
             import nbgrader_course
 
-            return nbgrader_course.write_course(args.directory, selected(args.chapters))
+            return nbgrader_course.write_course(args.directory,
+                                                with_exercises(selected(args.chapters)))
         proven, failures = 0, 0
         for chapter in selected(args.chapters):
             if args.verbose:

@@ -18,6 +18,12 @@ nbgrader reads the same markers (it finds them anywhere in a line, markdown
 included), so the marker text appears nowhere else: `marker_problems` says where
 it does. The nbgrader cell metadata of every cell follows from these conventions
 (`nbgrader_metadata`): nothing about it is written by hand.
+
+An **appendix** is a notebook whose title reads "Appendix: ..." (`# 14 · Appendix:
+Benchmarks`). It follows the same pipeline (executed, paired, nbval, may export a
+module) but is reference material, not a step of the derivation: it needs no
+exercises and no "what is still missing" bridge. Appendices are numbered after every
+chapter; chapters are numbered 01, 02, ... without gaps.
 """
 
 from __future__ import annotations
@@ -89,6 +95,11 @@ class Chapter:
                         # "# 03 · Single-head attention" -> "Single-head attention"
                         return re.sub(r"^\d+\s*[·.:-]?\s*", "", line[2:].strip())
         return self.name
+
+    @property
+    def is_appendix(self) -> bool:
+        """True for an appendix: its title starts with "Appendix" (no exercises, no bridge)."""
+        return self.title.startswith("Appendix")
 
     @property
     def modules(self) -> list[str]:
