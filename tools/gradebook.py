@@ -58,6 +58,7 @@ def recognise(notebook: nbformat.NotebookNode, chapters: list[Chapter]
     """(chapter, how it was recognised) or (None, why not)."""
     import exercises
 
+    chapters = [c for c in chapters if c.checks]  # an appendix has no exercises to grade
     by_name = {c.name: c for c in chapters}
     recorded = (notebook.metadata.get(exercises.META_KEY) or {}).get("chapter")
     if recorded in by_name:
@@ -83,8 +84,8 @@ def recognise(notebook: nbformat.NotebookNode, chapters: list[Chapter]
     by_number = [c for c in chapters if c.number == title]
     if by_number:
         return by_number[0], f"its title heading (# {title:02d} · ...)"
-    return None, ("not recognised as a chapter of the book: no chapter title '# NN · ...' "
-                  "and no check of any chapter in it")
+    return None, ("not recognised as a chapter of the book with exercises: no such chapter "
+                  "title '# NN · ...' and no check of any chapter in it")
 
 
 def student_of(path: Path, root: Path | None, chapter: str | None) -> str:
