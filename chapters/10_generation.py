@@ -1510,29 +1510,27 @@ for bad in ["I love pineapples and mangoes", "<eos> <pad>", "", 123]:
         print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
-# The command line is the module `transformer/__main__.py`, which `python -m transformer`
-# runs. It prints one translation per sentence. A sentence it cannot translate gets a
-# message on standard error and the exit status 2, a checkpoint it cannot load the
-# exit status 1; never a traceback. (In a notebook,
-# `__name__` is also `"__main__"`, so the last line checks `__package__` as well: it is
-# `"transformer"` only under `python -m transformer`.)
+# The command line, `python -m transformer translate "I love apples"`, runs
+# `translate_command` with the words after `translate`. It prints one translation per
+# sentence. A sentence it cannot translate gets a message on standard error and the exit
+# status 2, a checkpoint it cannot load the exit status 1; never a traceback. (The file
+# that `python -m transformer` runs, `transformer/__main__.py`, only hands each command to
+# its function; chapter 13 writes it, when it adds a second command, `train`.)
 
 # %%
-#| export __main__
+#| export
 import argparse
 import sys
 
-from transformer.generation import load_translator  # noqa: F811 (the same function as above)
 
-
-def main(argv: list[str] | None = None) -> int:
+def translate_command(argv: list[str] | None = None) -> int:
     """`python -m transformer translate "I love apples"`: print each sentence's translation.
 
     Never prints a traceback for a problem of the input or the checkpoint: one line on
     standard error says what is wrong.
 
     Args:
-        argv: the arguments (default None: sys.argv[1:]).
+        argv: the arguments after `translate` (default None: sys.argv[2:]).
 
     Returns:
         The exit status: 0 if every sentence was translated; 1 if the checkpoint cannot
@@ -1540,15 +1538,14 @@ def main(argv: list[str] | None = None) -> int:
         input (a sentence with unknown words, a special token, no words, or too long; a
         bad option, as argparse reports it).
     """
-    parser = argparse.ArgumentParser(prog="python -m transformer",
-                                     description="The toy English -> Chinese translator of the book.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    command = commands.add_parser("translate", help="translate English sentences into Chinese")
-    command.add_argument("sentences", nargs="+", help="English sentences, each one argument")
-    command.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4)")
-    command.add_argument("--checkpoint", default=None,
-                         help="a checkpoint directory written by chapter 09's save_checkpoint")
-    args = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m transformer translate",
+                                     description="Translate English sentences into Chinese with the "
+                                                 "toy translator of the book.")
+    parser.add_argument("sentences", nargs="+", help="English sentences, each one argument")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="a checkpoint directory written by chapter 09's save_checkpoint")
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
     if args.beam < 1:
         parser.error(f"--beam must be a positive integer, got {args.beam}")
     try:
@@ -1565,18 +1562,14 @@ def main(argv: list[str] | None = None) -> int:
             status = 2
     return status
 
-
-if __name__ == "__main__" and __package__ == "transformer":
-    sys.exit(main())
-
 # %% [markdown]
-# In the notebook we call `main` directly with the arguments a shell would pass; the
-# cell after runs the real command in a subprocess.
+# In the notebook we call `translate_command` directly with the arguments a shell would
+# pass after `translate`; the cell after runs the real command in a subprocess.
 
 # %%
-print("exit status:", main(["translate", "I love apples"]))
-print("exit status:", main(["translate", "I love durians"]))
-print("exit status:", main(["translate", "I love apples", "--checkpoint", "no/such/directory"]))
+print("exit status:", translate_command(["I love apples"]))
+print("exit status:", translate_command(["I love durians"]))
+print("exit status:", translate_command(["I love apples", "--checkpoint", "no/such/directory"]))
 
 # %%
 import subprocess
