@@ -25,7 +25,9 @@ from transformer.training import IGNORE_INDEX, shift_targets, label_smoothed_cro
 # chapter 09: Training: teaching the model to translate
 from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, PUNCTUATION, SENTENCE_END, tokenize, Vocab, pad_sequences, collate, make_batches
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
-from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
+from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command
+# chapter 13: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
+from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command
 # chapter 14: Appendix: Benchmarks
 from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step_fn, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
@@ -105,6 +107,27 @@ __all__ = [
     "Translator",
     "load_translator",
     "translate",
+    "translate_command",
+    "CONFIG_DEFAULTS",
+    "PRECISIONS",
+    "DEVICES",
+    "load_config",
+    "load_pairs",
+    "epoch_batches",
+    "shard",
+    "Processes",
+    "start_processes",
+    "sum_gradients",
+    "replicate",
+    "all_reduce_sum",
+    "LATEST",
+    "save_resume_checkpoint",
+    "load_resume_checkpoint",
+    "autocast",
+    "rng_state",
+    "set_rng_state",
+    "train_from_config",
+    "train_command",
     "machine_info",
     "cpu_seconds",
     "interleaved",

@@ -752,4 +752,50 @@ def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
     """
     return _shipped_translator()(text, beam_size=beam_size)
 
-__all__ = ["eval_mode", "KVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate"]
+# %% chapters/10_generation.ipynb, cell 69
+import argparse
+import sys
+
+
+def translate_command(argv: list[str] | None = None) -> int:
+    """`python -m transformer translate "I love apples"`: print each sentence's translation.
+
+    Never prints a traceback for a problem of the input or the checkpoint: one line on
+    standard error says what is wrong.
+
+    Args:
+        argv: the arguments after `translate` (default None: sys.argv[2:]).
+
+    Returns:
+        The exit status: 0 if every sentence was translated; 1 if the checkpoint cannot
+        be loaded (missing, corrupt or malformed: the message names the file); 2 for bad
+        input (a sentence with unknown words, a special token, no words, or too long; a
+        bad option, as argparse reports it).
+
+    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    """
+    parser = argparse.ArgumentParser(prog="python -m transformer translate",
+                                     description="Translate English sentences into Chinese with the "
+                                                 "toy translator of the book.")
+    parser.add_argument("sentences", nargs="+", help="English sentences, each one argument")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="a checkpoint directory written by chapter 09's save_checkpoint")
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.beam < 1:
+        parser.error(f"--beam must be a positive integer, got {args.beam}")
+    try:
+        translator = load_translator(args.checkpoint)
+    except (OSError, ValueError) as err:  # FileNotFoundError is an OSError
+        print(f"error: cannot load the translator: {err}", file=sys.stderr)
+        return 1
+    status = 0
+    for sentence in args.sentences:
+        try:
+            print(translator(sentence, beam_size=args.beam))
+        except ValueError as err:  # UnknownWordsError is one
+            print(f"error: cannot translate {sentence!r}: {err}", file=sys.stderr)
+            status = 2
+    return status
+
+__all__ = ["eval_mode", "KVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate", "translate_command"]

@@ -163,6 +163,7 @@ def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1
 
 # %% chapters/09_training.ipynb, cell 38
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -207,6 +208,8 @@ class TrainState:
         optimizer: its optimizer (for example from `make_optimizer`).
         scheduler: the learning-rate schedule, stepped after each update, or None.
         step: the number of updates made so far (default 0).
+        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 13), or None
+            (default).
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -215,17 +218,18 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     step: int = 0
+    scaler: torch.amp.GradScaler | None = None
 
     def state_dict(self) -> dict:
         """Everything needed to resume, for torch.save (it loads with weights_only=True).
 
         Returns:
-            {"model", "optimizer", "scheduler" (None without one), "step"}: state dicts
-            of tensors, numbers, lists and dicts.
+            {"model", "optimizer", "scheduler", "step", "scaler"} ("scheduler" and
+            "scaler" are None without one): state dicts of tensors, numbers, lists and dicts.
         """
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-                "step": self.step}
+                "step": self.step, "scaler": None if self.scaler is None else self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict()` returned, into a state built the same way.
@@ -240,6 +244,8 @@ class TrainState:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
         self.step = _check_int("step", state["step"], 0)
 
 
@@ -285,10 +291,14 @@ def _split_batch(batch: Any, parts: int) -> list:
 
 
 def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss, *,
-               clip: float | None = 1.0, micro_batches: int = 1) -> StepResult:
+               clip: float | None = 1.0, micro_batches: int = 1,
+               no_sync: Callable[[], AbstractContextManager] | None = None,
+               all_reduce: Callable[[Tensor], Tensor] | None = None) -> StepResult:
     """One update: forward, backward, clip, optimizer step, schedule step.
 
-    The model runs in the mode it is in (`fit` puts it in training mode).
+    The model runs in the mode it is in (`fit` puts it in training mode). With
+    `state.scaler` (float16 mixed precision), the loss is scaled for the backward pass and
+    the update is skipped if a gradient overflowed.
 
     Args:
         state: the TrainState to update (its step count goes up by one).
@@ -298,9 +308,17 @@ def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss
         micro_batches: pieces to cut the batch into along its first axis, forward and
             backward one at a time (gradient accumulation; default 1). The update is the
             whole batch's: each piece is weighted by its tokens.
+        no_sync: data parallelism (chapter 13): a function returning a context manager
+            under which the micro-batches before the last go forward and backward without
+            exchanging gradients (DistributedDataParallel.no_sync); default None.
+        all_reduce: data parallelism (chapter 13): a function that returns the sum of a
+            tensor over all processes. The loss and the token count are summed with it, so
+            that every process divides the summed gradients by the whole batch's tokens
+            and reports its loss; default None (one process).
 
     Returns:
-        A StepResult(loss, tokens, grad_norm, lr).
+        A StepResult(loss, tokens, grad_norm, lr); with all_reduce, loss and tokens are
+        the whole batch's, over all processes.
 
     Raises:
         ValueError: an argument is out of range, or the batch holds no token.
@@ -314,21 +332,33 @@ def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss
     params = [p for p in state.model.parameters() if p.requires_grad]
     state.optimizer.zero_grad(set_to_none=True)
     total, tokens = 0.0, 0
-    for piece in _split_batch(batch, micro_batches):
-        loss, n = loss_fn(state.model, piece)
-        (loss * n).backward()  # gradients add up; divided by the total count below
+    pieces = _split_batch(batch, micro_batches)
+    scale = (lambda loss: loss) if state.scaler is None else state.scaler.scale
+    for i, piece in enumerate(pieces):
+        with no_sync() if no_sync is not None and i < len(pieces) - 1 else nullcontext():
+            loss, n = loss_fn(state.model, piece)
+            scale(loss * n).backward()  # gradients add up; divided by the total count below
         total, tokens = total + loss.item() * n, tokens + n
+    if all_reduce is not None:  # sums over the processes: the whole batch's loss and tokens
+        total, tokens = all_reduce(torch.tensor([total, tokens], dtype=torch.float64)).tolist()
+        tokens = int(tokens)
     if tokens == 0:
         raise ValueError("the batch holds no token to learn from (every label is ignored)")
     if not math.isfinite(total):
         raise FloatingPointError(f"the loss is {total / tokens} at step {state.step + 1}; "
                                  "the model was not updated (a learning rate too high?)")
+    if state.scaler is not None:
+        state.scaler.unscale_(state.optimizer)  # back to true gradients; notes any overflow
     for p in params:
         if p.grad is not None:
             p.grad.div_(tokens)  # the sum of weighted piece losses -> the batch's mean loss
     grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
     lr = state.optimizer.param_groups[0]["lr"]  # the rate this update uses
-    state.optimizer.step()
+    if state.scaler is None:
+        state.optimizer.step()
+    else:
+        state.scaler.step(state.optimizer)  # skipped if a gradient overflowed
+        state.scaler.update()
     if state.scheduler is not None:
         state.scheduler.step()
     state.step += 1
@@ -336,7 +366,6 @@ def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss
 
 # %% chapters/09_training.ipynb, cell 42
 import time
-from contextlib import nullcontext
 
 from tqdm import tqdm
 
