@@ -61,7 +61,7 @@ WORK = Path(tempfile.mkdtemp(prefix="chapter13-"))  # every run of this chapter 
 # %%
 params, tokens_per_step, steps = 65e6, 25_000, 100_000
 flops_per_step = 6 * params * tokens_per_step
-cpu_flops = 50e9  # about what two CPU cores of this machine multiply per second (appendix 14)
+cpu_flops = 40e9  # what a training step achieves on this machine's 2 cores (appendix 14 measures it)
 print(f"one step: {flops_per_step:.2e} FLOPs; at {cpu_flops / 1e9:.0f} GFLOP/s: "
       f"{flops_per_step / cpu_flops / 60:.1f} minutes")
 print(f"100,000 steps: {steps * flops_per_step / cpu_flops / 86400 / 365:.2f} years")
