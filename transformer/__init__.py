@@ -26,6 +26,10 @@ from transformer.training import shift_targets, label_smoothed_cross_entropy, no
 from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
+# chapter 11: A decoder-only language model
+from transformer.lm import BigramLanguageModel, perplexity, generate, continue_poems
+# chapter 11: A decoder-only language model
+from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 
 __version__ = "0.1.0"
 
@@ -95,4 +99,21 @@ __all__ = [
     "Translator",
     "load_translator",
     "translate",
+    "BigramLanguageModel",
+    "perplexity",
+    "generate",
+    "continue_poems",
+    "CORPUS_FILE",
+    "Document",
+    "read_corpus",
+    "TextSplit",
+    "split_documents",
+    "CharVocab",
+    "encode_stream",
+    "next_token_labels",
+    "random_windows",
+    "sequential_windows",
+    "VERSE_LINE",
+    "verse_form",
+    "verse_form_share",
 ]

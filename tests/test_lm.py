@@ -1,0 +1,173 @@
+"""Tests for transformer.lm (chapter 11): the bigram baseline, perplexity, generation."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer.data import BOS_ID, EOS_ID, PAD_ID
+from transformer.lm import BigramLanguageModel, continue_poems, generate, perplexity
+from transformer.text import CharVocab, encode_stream
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return CharVocab.build(["床前明月光，疑是地上霜。\n举头望明月，低头思故乡。", "春眠不觉晓，处处闻啼鸟。"])
+
+
+@pytest.fixture(scope="module")
+def stream(vocab):
+    return encode_stream(["床前明月光，疑是地上霜。\n举头望明月，低头思故乡。", "春眠不觉晓，处处闻啼鸟。"] * 3, vocab)
+
+
+# --- the bigram baseline -----------------------------------------------------------
+
+def test_bigram_counts_pairs_by_hand(vocab):
+    stream = encode_stream(["明月明月光", "明光"], vocab)  # <bos> 明 月 明 月 光 <eos> <bos> 明 光 <eos>
+    model = BigramLanguageModel(stream, len(vocab), weight=1.0)
+    m, y, g = vocab.stoi["明"], vocab.stoi["月"], vocab.stoi["光"]
+    probs = model.log_probs.exp()
+    # 明 is followed by 月 twice and by 光 once.
+    assert probs[m, y].item() == pytest.approx(2 / 3)
+    assert probs[m, g].item() == pytest.approx(1 / 3)
+    # After <eos> comes <bos>, which is never counted: <eos> is never a context with a label.
+    assert torch.allclose(probs[EOS_ID], model.unigram)
+
+
+def test_unigram_is_add_one_over_the_possible_labels(vocab):
+    stream = encode_stream(["明月明月光"], vocab)  # labels: 明 月 明 月 光 <eos>
+    model = BigramLanguageModel(stream, len(vocab), weight=0.0)
+    possible = len(vocab) - 2  # every token but <pad> and <bos>
+    expected = torch.ones(len(vocab)) / (6 + possible)
+    expected[vocab.stoi["明"]] = expected[vocab.stoi["月"]] = 3 / (6 + possible)
+    expected[vocab.stoi["光"]] = expected[EOS_ID] = 2 / (6 + possible)
+    expected[[PAD_ID, BOS_ID]] = 0
+    assert torch.allclose(model.unigram, expected)
+    assert torch.allclose(model.log_probs.exp(), expected.expand(len(vocab), -1))
+
+
+def test_bigram_rows_are_distributions_without_pad_or_bos(vocab, stream):
+    for weight in (0.0, 0.3, 1.0):
+        probs = BigramLanguageModel(stream, len(vocab), weight).log_probs.exp()
+        assert torch.allclose(probs.sum(-1), torch.ones(len(vocab)), atol=1e-5)
+        assert (probs[:, [PAD_ID, BOS_ID]] == 0).all()
+
+
+def test_bigram_forward_has_a_language_models_interface(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab))
+    ids = stream[:10].view(2, 5)
+    logits = model(ids)
+    assert logits.shape == (2, 5, len(vocab))
+    assert torch.equal(logits[1, 3], model.log_probs[ids[1, 3]])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(weight=1.5), "weight"),
+    (dict(weight=True), "weight"),
+    (dict(weight=float("nan")), "weight"),
+    (dict(vocab_size=3), "outside"),
+])
+def test_bigram_refuses_bad_arguments(vocab, stream, kwargs, message):
+    args = dict(stream=stream, vocab_size=len(vocab), weight=0.5) | kwargs
+    with pytest.raises(ValueError, match=message):
+        BigramLanguageModel(**args)
+    with pytest.raises(ValueError, match="1-D LongTensor"):
+        BigramLanguageModel(stream.float(), len(vocab))
+
+
+# --- perplexity ----------------------------------------------------------------------
+
+def test_perplexity_equals_exp_cross_entropy_over_the_stream(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 0.5)
+    labels = stream[1:].masked_fill(stream[1:] == BOS_ID, PAD_ID)
+    want = math.exp(F.cross_entropy(model.log_probs[stream[:-1]], labels, ignore_index=PAD_ID).item())
+    for seq_len in (1, 7, 64):  # the bigram looks one token back: windows do not matter
+        assert perplexity(model, stream, seq_len, batch_size=3) == pytest.approx(want, rel=1e-5)
+
+
+def test_perplexity_of_a_uniform_model_is_the_number_of_choices(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 0.0)
+    model.log_probs.fill_(-math.log(len(vocab) - 2))
+    model.log_probs[:, [PAD_ID, BOS_ID]] = float("-inf")
+    assert perplexity(model, stream, 8) == pytest.approx(len(vocab) - 2, rel=1e-5)
+
+
+def test_perplexity_restores_the_mode(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab)).train()
+    perplexity(model, stream, 8)
+    assert model.training
+
+
+# --- generation ------------------------------------------------------------------------
+
+def test_generate_never_writes_pad_or_bos_and_pads_after_eos(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 0.5)
+    out = generate(model, torch.full((64, 1), BOS_ID), 30, generator=torch.Generator().manual_seed(0))
+    assert out.shape[0] == 64 and out.shape[1] <= 31
+    assert torch.equal(out[:, 0], torch.full((64,), BOS_ID))
+    for row in out[:, 1:].tolist():
+        end = row.index(EOS_ID) + 1 if EOS_ID in row else len(row)
+        assert BOS_ID not in row and PAD_ID not in row[:end]
+        assert all(i == PAD_ID for i in row[end:])
+
+
+class _LovesSpecials(torch.nn.Module):
+    """A model whose favourite next tokens are <bos>, then <pad>, then <eos>."""
+
+    def forward(self, ids):
+        logits = torch.zeros(*ids.shape, 10)
+        logits[..., BOS_ID], logits[..., PAD_ID], logits[..., EOS_ID] = 9.0, 8.0, 7.0
+        return logits
+
+
+def test_generate_never_writes_pad_or_bos_even_when_the_model_prefers_them():
+    out = generate(_LovesSpecials(), torch.full((3, 1), BOS_ID), 5, greedy=True)
+    assert out.tolist() == [[BOS_ID, EOS_ID]] * 3, "greedy must pick <eos>, the best allowed token"
+    sampled = generate(_LovesSpecials(), torch.full((50, 1), BOS_ID), 5, temperature=5.0,
+                       generator=torch.Generator().manual_seed(0))
+    assert not (sampled[:, 1:] == BOS_ID).any()
+
+
+def test_generate_greedy_follows_the_most_likely_pair(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 1.0)
+    prompt = torch.tensor([[BOS_ID, vocab.stoi["春"]]])
+    out = generate(model, prompt, 4, greedy=True)
+    assert vocab.decode(out[0]) == "春眠不觉晓"
+
+
+def test_generate_is_reproducible_with_a_seeded_generator(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 0.5)
+    prompt = torch.full((8, 1), BOS_ID)
+    a = generate(model, prompt, 20, generator=torch.Generator().manual_seed(3), top_k=5)
+    b = generate(model, prompt, 20, generator=torch.Generator().manual_seed(3), top_k=5)
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
+    (dict(max_new_tokens=True), ValueError, "max_new_tokens"),
+    (dict(temperature=0.0), ValueError, "temperature"),
+    (dict(temperature=float("nan")), ValueError, "temperature"),
+    (dict(greedy=1), ValueError, "greedy"),
+    (dict(top_k=0), ValueError, "top_k"),
+    (dict(top_p=1.5), ValueError, "top_p"),
+    (dict(prompt=torch.zeros(2, 0, dtype=torch.long)), ValueError, "prompt"),
+    (dict(prompt=torch.ones(2, 1)), TypeError, "prompt"),
+])
+def test_generate_refuses_bad_arguments(vocab, stream, kwargs, error, message):
+    model = BigramLanguageModel(stream, len(vocab))
+    args = dict(prompt=torch.full((2, 1), BOS_ID), max_new_tokens=5) | kwargs
+    with pytest.raises(error, match=message):
+        generate(model, **args)
+
+
+def test_continue_poems_keeps_only_complete_lines(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 1.0)
+    written = continue_poems(model, ["床前明月光，疑是地上霜。", "春眠不觉晓，处处闻啼鸟。"], vocab,
+                             max_new_tokens=30, greedy=True)
+    assert len(written) == 2
+    for lines in written:
+        assert all(line and "\n" not in line for line in lines)
+    # With 3 tokens there is no room for a whole line: nothing complete is returned.
+    assert continue_poems(model, ["床前明月光，疑是地上霜。"], vocab, max_new_tokens=3, greedy=True) == [[]]
