@@ -16,10 +16,11 @@ export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
 
 .PHONY: help install export sync check-sync lint pytest nbval exercises test \
-        execute checkpoint book lab student grade clean
+        execute checkpoint book site lab student grade clean
 
 help:
-	@echo "make book        run every chapter in a fresh kernel, write HTML to _build/"
+	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
+	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
 	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises)"
 	@echo "make lab         open JupyterLab on chapters/ with the project's kernel"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
@@ -78,8 +79,13 @@ execute: $(STAMP)
 checkpoint: $(STAMP)
 	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
 
+# The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
+# `site` renders the committed outputs. Open _build/html/index.html.
 book: $(STAMP)
 	$(PY) tools/book.py
+
+site: $(STAMP)
+	$(PY) tools/website.py
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --notebook-dir=chapters

@@ -142,21 +142,26 @@ import math
 import torch
 from torch import Tensor, nn
 
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    # bool is a subclass of int, but True is not a size or a position.
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "a positive" if minimum == 1 else "a non-negative"
-        raise ValueError(f"{name} must be {kind} integer, got {value!r}")
-    return value
+from transformer.embedding import _check_float, _check_int
 
 
 def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
-    """The sinusoidal table for positions start .. start+length-1 -> [length, d_model] float32.
+    """The sinusoidal position table for positions start .. start+length-1.
 
     PE[pos, 2i] = sin(pos * w_i) and PE[pos, 2i+1] = cos(pos * w_i), with
     w_i = 10000 ** (-2i / d_model). Computed in float64 (the angles reach thousands of
-    radians), returned in float32. d_model must be even.
+    radians), returned in float32.
+
+    Args:
+        length: number of positions, >= 0.
+        d_model: size of each position vector, a positive even integer.
+        start: the first position, >= 0 (default 0).
+
+    Returns:
+        The table [length, d_model], float32.
+
+    Raises:
+        ValueError: an argument is not an integer in its range, or d_model is odd.
     """
     _check_int("length", length, 0)
     _check_int("start", start, 0)
@@ -202,25 +207,28 @@ def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
 # %%
 #| export
 class PositionalEncoding(nn.Module):
-    """Add the sinusoidal position signal to embeddings, then apply dropout.
+    """Add the sinusoidal position signal to embeddings, then apply dropout (the paper's order).
 
-    forward(x [batch, seq, d_model], start=0) -> [batch, seq, d_model]: adds the
-    encodings of positions start .. start+seq-1 (start > 0 is for step-by-step
-    generation), then dropout, as in the paper. The table is a non-persistent buffer
-    `pe` of shape [max_len, d_model]: computed, not learned, so not saved with the
-    weights. Positions at or past max_len raise a ValueError (build a larger module).
+    The table is a non-persistent buffer `pe` [max_len, d_model]: computed, not learned,
+    so not saved with the weights (`reset_buffers` computes it again).
+
+    Args:
+        d_model: size of the embeddings, a positive even integer.
+        max_len: number of positions in the table, > 0 (default 5000); positions at or
+            past it raise a ValueError (build a larger module).
+        dropout: dropout probability on the sum, in [0, 1) (default 0.1).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
         super().__init__()
-        _check_int("d_model", d_model, 1)
-        if d_model % 2:
-            raise ValueError(f"d_model must be even (one sin/cos pair per two dimensions), got {d_model}")
-        _check_int("max_len", max_len, 1)
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        _check_int("d_model", d_model)
+        _check_int("max_len", max_len)
+        self.dropout = nn.Dropout(_check_float("dropout", dropout, 0.0, 1.0))
         self.d_model, self.max_len = d_model, max_len
-        self.dropout = nn.Dropout(dropout)
+        # sinusoidal_encoding refuses an odd d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # [max_len, d_model]
 
     def reset_buffers(self, device: torch.device | str | None = None) -> None:
@@ -237,7 +245,20 @@ class PositionalEncoding(nn.Module):
         self.pe = sinusoidal_encoding(self.max_len, self.d_model).to(device=device, dtype=self.pe.dtype)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """x [batch, seq, d_model] -> dropout(x + PE[start : start+seq]), [batch, seq, d_model]."""
+        """Add the encodings of positions start .. start+seq-1 to x, then dropout.
+
+        Args:
+            x: embeddings [batch, seq, d_model], floating point.
+            start: position of x's first row, >= 0 (default 0; chapter 10 generates one
+                token at a time and passes the new token's position).
+
+        Returns:
+            dropout(x + PE[start : start+seq]), [batch, seq, d_model].
+
+        Raises:
+            TypeError: x is not a floating-point tensor.
+            ValueError: x has the wrong shape, or start+seq exceeds max_len.
+        """
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor [batch, seq, {self.d_model}], got {type(x).__name__}")
         if not x.is_floating_point():

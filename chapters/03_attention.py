@@ -27,6 +27,8 @@
 #| default_exp attention
 
 # %%
+import time
+
 import matplotlib.pyplot as plt
 import torch
 from torch import nn
@@ -151,6 +153,11 @@ def attention_v0(q, k, v):
 #   message that names the argument instead of a matmul error deep inside. The function
 #   runs in every layer of every training step, so there are no Python loops and no
 #   checks that touch the data.
+# * `need_weights` (PyTorch's name for it). The weights are what this chapter is about,
+#   so by default they are computed and returned. Later chapters run attention where
+#   nobody reads them; there `need_weights=False` hands the work to PyTorch's **fused**
+#   kernel, `torch.nn.functional.scaled_dot_product_attention`, which computes the same
+#   output without ever storing the `[q_len, k_len]` matrix (section 5 compares the two).
 
 # %%
 #| export
@@ -160,9 +167,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from transformer.embedding import _check_bool, _check_float, _check_int
+
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    """Raise a clear error unless q, k, v have compatible [..., len, dim] shapes."""
+    """Raise a clear error unless q, k, v are tensors of one dtype with [..., len, dim] shapes."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            got = f"dtype {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
+            raise TypeError(f"{name} must be a floating-point torch.Tensor, got {got}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(
             "q, k, v must have shape [..., len, dim]; got q "
@@ -180,19 +195,21 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size) -> Tensor:
+def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], name: str = "mask") -> Tensor:
     """Return mask, checked: bool, broadcasting to the scores [..., q_len, k_len].
 
     Leading size-1 axes beyond the scores' rank are dropped, so that a mask built for
     [batch, heads, q_len, k_len] (such as causal_mask's [1, 1, T, T]) also serves
-    scores without a heads axis.
+    scores without a heads axis. name: the argument as the caller knows it.
     """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be None or a bool torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         # A float mask is refused, never guessed at: 0/1 "keep" masks and 0/-inf additive
         # masks are both float, and they mean opposite things at 0.
         raise TypeError(
-            f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
-            "for an additive float mask (0 = keep, -inf = block) pass `mask == 0`"
+            f"{name} must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
+            f"for an additive float mask (0 = keep, -inf = block) pass `{name} == 0`"
         )
     extra = mask.dim() - len(scores_shape)
     if extra > 0 and all(n == 1 for n in mask.shape[:extra]):
@@ -201,10 +218,24 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> Tensor:
     tail = scores_shape[len(scores_shape) - mask.dim():] if mask.dim() <= len(scores_shape) else None
     if tail is None or not all(m in (1, s) for m, s in zip(mask.shape, tail, strict=True)):
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores "
             f"[..., q_len, k_len] = {tuple(scores_shape)}"
         )
     return mask
+
+
+def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                     dropout_p: float, scale: float) -> Tensor:
+    """The same output through PyTorch's fused kernel, which never returns the weights."""
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    # A row with no visible key would be 0/0 inside the kernel (NaN in older PyTorch
+    # releases, forward and backward): let it see every key, then zero its output, which is
+    # what the explained path does too. No branch on the mask's values: traceable.
+    has_key = mask.any(dim=-1, keepdim=True)  # [..., q_len, 1]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key,
+                                         dropout_p=dropout_p, scale=scale)
+    return out.masked_fill(~has_key, 0.0)  # [..., q_len, d_v]
 
 
 def scaled_dot_product_attention(
@@ -214,28 +245,52 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
-) -> tuple[Tensor, Tensor]:
-    """softmax(q k^T / sqrt(d_k)) v, returning (output, weights).
+    need_weights: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(q k^T * scale) v, returning (output, weights).
 
-    q: [..., q_len, d_k], k: [..., k_len, d_k], v: [..., k_len, d_v]; the leading
-    dimensions (batch, heads) broadcast.
-    mask: optional bool tensor broadcastable to [..., q_len, k_len] (extra leading
-    size-1 axes are allowed); True means "may attend", as in torch.nn.functional.scaled_dot_product_attention
-    (torch.nn.MultiheadAttention's masks use the opposite convention). A query row
-    that may attend to nothing gets all-zero weights and output, never NaN.
-    dropout_p: dropout probability on the weights (pass 0.0 when not training).
-    scale: factor on the scores; default 1 / sqrt(d_k).
-    Returns output [..., q_len, d_v] and weights [..., q_len, k_len], the weights
-    actually applied (after mask and dropout), so that output == weights @ v.
+    Masks are bool, True = may attend, as in torch.nn.functional.scaled_dot_product_attention
+    (torch.nn.MultiheadAttention's masks use the opposite convention). A query row that
+    may attend to nothing gets all-zero weights and output, never NaN.
+
+    Args:
+        q: queries [..., q_len, d_k]; the leading axes (batch, heads) broadcast.
+        k: keys [..., k_len, d_k], same dtype.
+        v: values [..., k_len, d_v], same dtype.
+        mask: optional bool, broadcastable to [..., q_len, k_len] (extra leading size-1
+            axes allowed).
+        dropout_p: dropout probability on the weights, in [0, 1) (pass 0.0 when not
+            training; default 0.0).
+        scale: factor on the scores, > 0; default 1 / sqrt(d_k).
+        need_weights: return the weights (default True). With False the output comes
+            from PyTorch's fused kernel, which never stores the [q_len, k_len] matrix
+            (except with dropout on the CPU, where the explained path is faster), and the
+            weights returned are None.
+
+    Returns:
+        output [..., q_len, d_v], and weights [..., q_len, k_len] (the weights actually
+        applied, after mask and dropout, so that output == weights @ v) or None.
+
+    Raises:
+        TypeError: q, k, v are not floating-point tensors of one dtype, or mask is not bool.
+        ValueError: the shapes do not fit, the mask does not broadcast, or dropout_p or
+            scale is out of range.
     """
     _check_qkv(q, k, v)
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.size(-1))
+    _check_float("dropout_p", dropout_p, 0.0, 1.0)
+    _check_bool("need_weights", need_weights)
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else _check_float(
+        "scale", scale, 0.0, low_closed=False)
+    if mask is not None:
+        mask = _check_mask(mask, (*q.shape[:-1], k.size(-2)))
+    # PyTorch's CPU kernel has no dropout of its own (it falls back to a slower unfused
+    # path), so with dropout on the CPU the explained path below is the faster one.
+    if not need_weights and (dropout_p == 0.0 or q.device.type != "cpu"):
+        return _fused_attention(q, k, v, mask, dropout_p, scale), None
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
     if mask is None:
         weights = scores.softmax(dim=-1)
     else:
-        mask = _check_mask(mask, scores.shape)
         # The most negative finite number, not -inf (chapter 04): next to any visible key
         # it still gets weight exactly 0, and a row with no visible key stays finite
         # (uniform) instead of 0/0 = NaN; multiplying by the mask then zeroes that row.
@@ -243,7 +298,7 @@ def scaled_dot_product_attention(
         weights = scores.softmax(dim=-1) * mask
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+    return weights @ v, (weights if need_weights else None)  # [..., q_len, d_v], [..., q_len, k_len]
 
 
 # %% [markdown]
@@ -253,35 +308,53 @@ def scaled_dot_product_attention(
 # %%
 #| export
 class SingleHeadSelfAttention(nn.Module):
-    """One attention head over a sequence attending to itself.
+    """One attention head over a sequence attending to itself (queries, keys, values from x).
 
-    x [batch, seq, d_model] -> (output [batch, seq, d_k], weights [batch, seq, seq]).
-    d_k defaults to d_model; values have the same size d_k. mask: optional bool,
-    True = may attend, broadcastable to [batch, seq, seq], or a 4-D mask with a
-    heads axis of size 1, [batch or 1, 1, seq, seq], as chapter 04 builds them
-    (torch.nn.MultiheadAttention uses the opposite convention).
+    Args:
+        d_model: size of the input vectors, > 0.
+        d_k: size of queries, keys and values, > 0 (default d_model).
+        bias: give the three projections a bias (default True).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, d_k: int | None = None, bias: bool = True):
         super().__init__()
         d_k = d_model if d_k is None else d_k
-        for name, value in (("d_model", d_model), ("d_k", d_k)):
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        _check_int("d_model", d_model)
+        _check_int("d_k", d_k)
+        _check_bool("bias", bias)
         self.d_model, self.d_k = d_model, d_k
         self.q_proj = nn.Linear(d_model, d_k, bias=bias)  # W_Q: what each position looks for
         self.k_proj = nn.Linear(d_model, d_k, bias=bias)  # W_K: what each position offers
         self.v_proj = nn.Linear(d_model, d_k, bias=bias)  # W_V: what each position hands over
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """x [batch, seq, d_model] -> (output [batch, seq, d_k], weights [batch, seq, seq])."""
-        if x.dim() != 3 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"x must have shape [batch, seq, d_model={self.d_model}], got {tuple(x.shape)}"
-            )
-        if mask is not None and mask.dim() == 4 and mask.size(1) == 1:
+    def forward(self, x: Tensor, mask: Tensor | None = None,
+                need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+        """Attend from every position of x to every position it may see.
+
+        Args:
+            x: [batch, seq, d_model].
+            mask: optional bool, True = may attend, broadcastable to [batch, seq, seq], or
+                a 4-D mask with a heads axis of size 1, [batch or 1, 1, seq, seq], as
+                chapter 04 builds them.
+            need_weights: return the weights (default True); False uses the fused kernel.
+
+        Returns:
+            output [batch, seq, d_k] and weights [batch, seq, seq] (None if not needed).
+
+        Raises:
+            ValueError: x or mask has the wrong shape.
+            TypeError: x is not floating point, or mask is not bool.
+        """
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != self.d_model:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape [batch, seq, d_model={self.d_model}], got {got}")
+        if isinstance(mask, Tensor) and mask.dim() == 4 and mask.size(1) == 1:
             mask = mask.squeeze(1)  # one head: drop the heads axis of a [B, 1, Tq, Tk] mask
-        return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
+        return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask,
+                                            need_weights=need_weights)
 
 
 # %% [markdown]
@@ -327,6 +400,104 @@ assert torch.allclose(out0, out) and torch.allclose(weights0, weights)
 # And both agree with PyTorch's own implementation.
 assert torch.allclose(F.scaled_dot_product_attention(q, k, v), out, atol=1e-6)
 print("rows sum to 1; output == weights @ v; equal to attention_v0 and to PyTorch")
+
+# %% [markdown]
+# ### The fused path: the same output, without the weight matrix
+#
+# Written as above, attention computes the scores, the softmax and the product with $V$
+# as three separate steps, and keeps the `[q_len, k_len]` matrices in memory for the
+# backward pass. A *fused* kernel does all three at once, block by block: it walks over
+# the keys in tiles, keeps a running maximum and a running sum of the softmax for each
+# query (the "online softmax"), and never builds the whole matrix; for the backward pass
+# it keeps only one number per query (the log of the softmax's denominator) and recomputes
+# the rest. This is FlashAttention (Dao et al., 2022, "FlashAttention: Fast and
+# Memory-Efficient Exact Attention with IO-Awareness"); PyTorch's
+# `F.scaled_dot_product_attention` picks such a kernel (flash or "memory-efficient")
+# when the inputs allow. What we give up is the weights themselves, so
+# `need_weights=False` returns `None` for them. A query with nothing to attend to
+# still gets zeros (the function makes sure of it, whatever the PyTorch version).
+#
+# Same output and same gradients, on a batch of 32 sentences of 64 tokens with 8 heads
+# and some sentences padded (the one fully padded sentence has queries with nothing to
+# attend to), then the memory that the backward pass keeps and the time of a forward and
+# backward pass:
+
+# %%
+torch.manual_seed(0)
+B, H, T, D_HEAD = 32, 8, 64, 32
+qkv = [torch.randn(B, H, T, D_HEAD, requires_grad=True) for _ in range(3)]
+lengths = torch.randint(1, T + 1, (B,))
+lengths[0] = 0  # one sentence of padding only: its queries may attend to nothing
+pad_mask = (torch.arange(T) < lengths[:, None])[:, None, None, :]  # [B, 1, 1, T]
+
+results = {}
+for need in (True, False):
+    out_, _ = scaled_dot_product_attention(*qkv, pad_mask, need_weights=need)
+    grads = torch.autograd.grad(out_.pow(2).sum(), qkv)
+    results[need] = (out_, grads)
+gap_out = (results[True][0] - results[False][0]).abs().max().item()
+gap_grad = max((a - b).abs().max().item() for a, b in zip(results[True][1], results[False][1], strict=True))
+print(f"max |difference|: output < 1e-5: {gap_out < 1e-5}, gradients < 1e-4: {gap_grad < 1e-4}")
+print("fully padded sentence: output all zeros:", bool((results[False][0][0] == 0).all()))
+assert gap_out < 1e-5 and gap_grad < 1e-4 and (results[False][0][0] == 0).all()
+
+
+def saved_for_backward(need: bool) -> int:
+    """Bytes of the distinct tensors that the forward pass keeps for the backward pass."""
+    seen, total = set(), 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        if t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            total += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        scaled_dot_product_attention(*qkv, pad_mask, need_weights=need)
+    return total
+
+
+MiB = 2**20
+inputs = 3 * B * H * T * D_HEAD * 4  # q, k, v in float32, kept by both
+extra = {need: saved_for_backward(need) - inputs for need in (True, False)}
+print(f"kept for backward besides q, k, v: explained {extra[True] / MiB:.1f} MiB, "
+      f"fused {extra[False] / MiB:.1f} MiB (one [B, h, T, T] matrix is {B * H * T * T * 4 / MiB:.1f} MiB)")
+assert extra[False] < extra[True] / 2
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def train_step_seconds(need: bool, repeats: int = 7) -> float:
+    """Fastest CPU time of the process for one forward + backward, on one thread.
+
+    CPU time is steadier than wall time on a shared machine; one thread, because a second
+    one waiting for a busy core would burn CPU time that measures the load, not the code.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times = []
+    try:
+        for _ in range(repeats + 1):  # the first run warms up
+            start = time.process_time()
+            out_, _ = scaled_dot_product_attention(*qkv, pad_mask, need_weights=need)
+            out_.sum().backward()
+            times.append(time.process_time() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return min(times[1:])
+
+
+explained_s, fused_s = train_step_seconds(True), train_step_seconds(False)
+print(f"forward + backward: explained {explained_s * 1e3:.1f} ms, fused {fused_s * 1e3:.1f} ms "
+      f"(CPU time, one thread): {explained_s / fused_s:.1f}x faster")
+
+# %%
+assert fused_s < explained_s  # the fused kernel is faster (measured: about 1.5x here)
+
+# %% [markdown]
+# The explained path stays the default wherever this book shows weights (here, chapter
+# 04's masks, chapter 05's heads, chapter 10's heatmaps); the blocks of chapter 07 and the
+# model of chapter 08 ask for `need_weights=False`, because nobody reads the weights there.
 
 # %% [markdown]
 # ### Without positions, attention cannot tell order

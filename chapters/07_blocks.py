@@ -304,31 +304,47 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 # The mask is boolean with **True = may attend**, broadcastable to
 # `[batch, heads, q_len, k_len]` (as in `F.scaled_dot_product_attention`; note that
 # `torch.nn.MultiheadAttention` and the `nn.Transformer*` layers use the opposite
-# convention). For the encoder it is the source padding mask `[B, 1, 1, S]`.
+# convention). For the encoder it is the source padding mask `[B, 1, 1, S]`. A block never
+# reads the attention weights, so it asks for `need_weights=False`: chapter 03's fused path.
 
 # %%
 #| export
+import torch
 from torch import Tensor, nn
 
+from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
 from transformer.multihead import MultiHeadAttention
 
 
-def _check_stream(x: Tensor, d_model: int, name: str) -> None:
-    """Raise a ValueError unless x is [batch, seq, d_model]."""
+def _check_stream(x: Tensor, d_model: int, name: str, dtype: torch.dtype) -> None:
+    """Raise a clear error unless x is [batch, seq, d_model] in the blocks' dtype."""
     if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"{name} must have shape [batch, seq, {d_model}], got {shape}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} has dtype {x.dtype} but the block's weights are {dtype}: "
+                        f"convert one to the other ({name}.to({dtype}) or block.to({x.dtype}))")
 
 
 class EncoderBlock(nn.Module):
     """Self-attention then FFN, each wrapped in a residual path and a LayerNorm.
 
     norm_first=False is the paper's Post-LN: x = norm(x + dropout(sublayer(x)));
-    norm_first=True is Pre-LN: x = x + dropout(sublayer(norm(x))).
-    forward(x [batch, src_len, d_model], src_mask) -> [batch, src_len, d_model].
-    src_mask: bool, True = may attend, broadcastable to [batch, heads, src_len, src_len]
-    (usually the padding mask [batch, 1, 1, src_len]).
+    norm_first=True is Pre-LN: x = x + dropout(sublayer(norm(x))). Attribute names follow
+    torch.nn.TransformerEncoderLayer (with batch_first=True).
+
+    Args:
+        d_model: size of the vectors, > 0, divisible by num_heads.
+        num_heads: number of attention heads, > 0.
+        d_ff: hidden size of the feed-forward network, > 0.
+        dropout: dropout probability (attention weights, FFN hidden layer, each
+            sublayer's output), in [0, 1) (default 0.1).
+        activation: "relu" (default) or "gelu".
+        norm_first: Pre-LN instead of the paper's Post-LN (default False).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -341,17 +357,31 @@ class EncoderBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d_model)
         self.dropout1 = nn.Dropout(dropout)  # residual dropout on each sublayer's output
         self.dropout2 = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask)[0])  # [B, S, d_model]
+        # nobody reads the weights here: the fused path of chapter 03
+        return self.dropout1(self.self_attn(x, x, x, mask, need_weights=False)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout2(self.ffn(x))  # [B, S, d_model]
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """x [batch, src_len, d_model] -> [batch, src_len, d_model]."""
-        _check_stream(x, self.d_model, "x")
+        """One encoder layer.
+
+        Args:
+            x: [batch, src_len, d_model].
+            src_mask: optional bool, True = may attend, broadcastable to
+                [batch, heads, src_len, src_len] (usually the padding mask [batch, 1, 1, src_len]).
+
+        Returns:
+            [batch, src_len, d_model].
+
+        Raises:
+            ValueError: x or src_mask has the wrong shape.
+            TypeError: x's dtype differs from the weights', or src_mask is not bool.
+        """
+        _check_stream(x, self.d_model, "x", self.norm1.weight.dtype)
         if self.norm_first:  # Pre-LN: the residual stream itself is never normalised
             x = x + self._sa_block(self.norm1(x), src_mask)
             return x + self._ff_block(self.norm2(x))
@@ -387,24 +417,33 @@ class EncoderBlock(nn.Module):
 #| export
 def _attend(attn: MultiHeadAttention, query: Tensor, kv: Tensor, mask: Tensor | None,
             cache: dict | None, static_kv: bool = False) -> Tensor:
-    """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through the KV cache if one is given."""
+    """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through the KV cache if one is given.
+
+    need_weights=False (by keyword: chapter 10 turns it on with a forward pre-hook to
+    draw the cross-attention).
+    """
     if cache is None:
-        return attn(query, kv, kv, mask)[0]
-    return attn(query, kv, kv, mask, cache=cache, static_kv=static_kv)[0]
+        return attn(query, kv, kv, mask, need_weights=False)[0]
+    return attn(query, kv, kv, mask, cache=cache, static_kv=static_kv, need_weights=False)[0]
 
 
 class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention on the encoder memory, then FFN.
 
     Each sublayer has a residual path and a LayerNorm (norm1, norm2, norm3); Post-LN
-    (the paper) by default, Pre-LN with norm_first=True.
-    forward(x [batch, tgt_len, d_model], memory [batch, src_len, d_model], tgt_mask,
-    memory_mask, cache) -> [batch, tgt_len, d_model].
-    Masks are bool, True = may attend: tgt_mask broadcastable to
-    [batch, heads, tgt_len, tgt_len] (causal AND padding), memory_mask to
-    [batch, heads, tgt_len, src_len] (the source padding mask [batch, 1, 1, src_len]).
-    cache: None, or a dict whose sub-dicts "self" and "cross" (created if absent)
-    hold the attention keys/values for incremental decoding (chapter 10).
+    (the paper) by default, Pre-LN with norm_first=True. Attribute names follow
+    torch.nn.TransformerDecoderLayer (self_attn, cross_attn for its multihead_attn).
+
+    Args:
+        d_model: size of the vectors, > 0, divisible by num_heads.
+        num_heads: number of attention heads, > 0.
+        d_ff: hidden size of the feed-forward network, > 0.
+        dropout: dropout probability, in [0, 1) (default 0.1).
+        activation: "relu" (default) or "gelu".
+        norm_first: Pre-LN instead of the paper's Post-LN (default False).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -420,7 +459,7 @@ class DecoderBlock(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
-        self.norm_first = norm_first
+        self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: dict | None = None) -> Tensor:
         return self.dropout1(_attend(self.self_attn, x, x, mask, cache))  # [B, T, d_model]
@@ -435,9 +474,28 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
-        """x [batch, tgt_len, d_model], memory [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
-        _check_stream(x, self.d_model, "x")
-        _check_stream(memory, self.d_model, "memory")
+        """One decoder layer.
+
+        Args:
+            x: the target stream [batch, tgt_len, d_model].
+            memory: the encoder output [batch, src_len, d_model], same batch and dtype.
+            tgt_mask: optional bool, True = may attend, broadcastable to
+                [batch, heads, tgt_len, tgt_len] (causal AND padding).
+            memory_mask: optional bool, broadcastable to [batch, heads, tgt_len, src_len]
+                (the source padding mask [batch, 1, 1, src_len]).
+            cache: None, or a dict whose sub-dicts "self" and "cross" (created if absent)
+                hold the attention keys/values for incremental decoding (chapter 10).
+
+        Returns:
+            [batch, tgt_len, d_model].
+
+        Raises:
+            ValueError: a shape does not fit, or the batch sizes differ.
+            TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
+        """
+        dtype = self.norm1.weight.dtype
+        _check_stream(x, self.d_model, "x", dtype)
+        _check_stream(memory, self.d_model, "memory", dtype)
         if memory.size(0) != x.size(0):
             raise ValueError(
                 f"memory has batch size {memory.size(0)} but x has {x.size(0)}: "
@@ -470,15 +528,18 @@ class DecoderBlock(nn.Module):
 class Encoder(nn.Module):
     """A stack of num_layers EncoderBlocks, plus a final LayerNorm when norm_first.
 
-    forward(x [batch, src_len, d_model], src_mask) -> memory [batch, src_len, d_model].
-    src_mask: bool, True = may attend, broadcastable to [batch, heads, src_len, src_len].
+    Args:
+        num_layers: number of blocks, > 0.
+        d_model, num_heads, d_ff, dropout, activation, norm_first: as in EncoderBlock.
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False):
         super().__init__()
-        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
-            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+        _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
             EncoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first)
             for _ in range(num_layers)
@@ -486,7 +547,16 @@ class Encoder(nn.Module):
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """x: [batch, src_len, d_model] -> memory [batch, src_len, d_model]."""
+        """Run every block.
+
+        Args:
+            x: [batch, src_len, d_model].
+            src_mask: optional bool, True = may attend, broadcastable to
+                [batch, heads, src_len, src_len].
+
+        Returns:
+            memory [batch, src_len, d_model].
+        """
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
@@ -495,17 +565,18 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """A stack of num_layers DecoderBlocks, plus a final LayerNorm when norm_first.
 
-    forward(x [batch, tgt_len, d_model], memory [batch, src_len, d_model], tgt_mask,
-    memory_mask, caches) -> [batch, tgt_len, d_model]. Masks as in DecoderBlock
-    (bool, True = may attend). caches: None, or a list of num_layers dicts, one per
-    layer, for incremental decoding (chapter 10).
+    Args:
+        num_layers: number of blocks, > 0.
+        d_model, num_heads, d_ff, dropout, activation, norm_first: as in DecoderBlock.
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False):
         super().__init__()
-        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
-            raise ValueError(f"num_layers must be a positive integer, got {num_layers!r}")
+        _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
             DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first)
             for _ in range(num_layers)
@@ -514,7 +585,20 @@ class Decoder(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, caches: list[dict] | None = None) -> Tensor:
-        """x: [batch, tgt_len, d_model], memory: [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
+        """Run every block on the same memory.
+
+        Args:
+            x: [batch, tgt_len, d_model].
+            memory: [batch, src_len, d_model].
+            tgt_mask, memory_mask: as in DecoderBlock (bool, True = may attend).
+            caches: None, or a list of num_layers dicts, one per layer (chapter 10).
+
+        Returns:
+            [batch, tgt_len, d_model].
+
+        Raises:
+            ValueError: caches does not hold one dict per layer, or a shape does not fit.
+        """
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"caches must hold one dict per layer ({len(self.layers)}), got {len(caches)}")
         for i, layer in enumerate(self.layers):

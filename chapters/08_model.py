@@ -28,6 +28,7 @@
 #| default_exp model
 
 # %%
+import contextlib
 import math
 import shutil
 import tempfile
@@ -217,8 +218,15 @@ def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
 #| export
 from torch import Tensor
 
+from transformer.attention import _check_mask
 from transformer.blocks import Decoder, Encoder
-from transformer.embedding import TokenEmbedding
+from transformer.embedding import (
+    TokenEmbedding,
+    _check_bool,
+    _check_id_range,
+    _check_int,
+    _check_token_ids,
+)
 from transformer.masks import causal_mask, combine_masks, padding_mask
 from transformer.positional import PositionalEncoding
 
@@ -234,15 +242,35 @@ PAPER_CONFIGS: dict[str, dict] = {
 class Transformer(PretrainedModel):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
-    forward(src [B, S], tgt [B, T]) -> logits [B, T, tgt_vocab_size] (never softmax:
-    the loss and the decoding strategies take logits). Token ids are integers; pad_id
+    forward(src [B, S], tgt [B, T]) returns logits [B, T, tgt_vocab_size], never softmax
+    (the loss and the decoding strategies take logits). Token ids are integers; pad_id
     marks padding. Masks are bool, True = may attend, broadcastable to
     [B, heads, q_len, k_len] (torch.nn.Transformer uses the opposite convention).
-    share_embeddings: one table for source and target (needs equal vocabulary sizes);
-    tie_output: the output layer's weight is the target embedding table.
     Initialisation: Xavier-uniform for every weight matrix of the encoder, decoder and
     an untied output layer; embeddings keep TokenEmbedding's N(0, 1/d_model) (chapter 08
-    explains why).
+    explains why). `model.config` holds these arguments; `save_pretrained` and
+    `from_pretrained` save and load the model (config.json + model.safetensors).
+
+    Args:
+        src_vocab_size: number of source token ids, > 0.
+        tgt_vocab_size: number of target token ids, > 0.
+        d_model: width of every vector, a positive even integer divisible by num_heads
+            (default 512).
+        num_heads: attention heads per sublayer, > 0 (default 8).
+        num_encoder_layers: encoder blocks, > 0 (default 6).
+        num_decoder_layers: decoder blocks, > 0 (default 6).
+        d_ff: hidden size of the feed-forward networks, > 0 (default 2048).
+        dropout: dropout probability everywhere, in [0, 1) (default 0.1).
+        max_len: the longest source or target sequence, > 0 (default 512).
+        pad_id: the padding id of both vocabularies, in [0, min(vocab sizes)) (default 0).
+        activation: "relu" (default) or "gelu".
+        norm_first: Pre-LN instead of the paper's Post-LN (default False).
+        share_embeddings: one embedding table for source and target; needs equal
+            vocabulary sizes (default False).
+        tie_output: the output layer's weight is the target embedding table (default False).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(
@@ -262,17 +290,29 @@ class Transformer(PretrainedModel):
         share_embeddings: bool = False,
         tie_output: bool = False,
     ):
+        # The arguments the submodules would report under other names are checked here;
+        # d_model, num_heads, d_ff, dropout and activation keep their names below.
+        for name, value in (("src_vocab_size", src_vocab_size), ("tgt_vocab_size", tgt_vocab_size),
+                            ("num_encoder_layers", num_encoder_layers),
+                            ("num_decoder_layers", num_decoder_layers), ("max_len", max_len)):
+            _check_int(name, value)
+        for name, value in (("norm_first", norm_first), ("share_embeddings", share_embeddings),
+                            ("tie_output", tie_output)):
+            _check_bool(name, value)
+        vocab = min(src_vocab_size, tgt_vocab_size)
+        if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab:
+            raise ValueError(f"pad_id must be an id of both vocabularies, in [0, {vocab - 1}], got {pad_id!r}")
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs src_vocab_size == tgt_vocab_size, "
+                f"got {src_vocab_size} and {tgt_vocab_size}"
+            )
         super().__init__(dict(
             src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, d_model=d_model,
             num_heads=num_heads, num_encoder_layers=num_encoder_layers,
             num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
             pad_id=pad_id, activation=activation, norm_first=norm_first,
             share_embeddings=share_embeddings, tie_output=tie_output))
-        if share_embeddings and src_vocab_size != tgt_vocab_size:
-            raise ValueError(
-                f"share_embeddings needs src_vocab_size == tgt_vocab_size, "
-                f"got {src_vocab_size} and {tgt_vocab_size}"
-            )
         self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, padding_idx=pad_id)
         self.tgt_embed = (self.src_embed if share_embeddings
@@ -304,28 +344,66 @@ class Transformer(PretrainedModel):
             self.tgt_embed.reset_parameters()
 
     def _check_ids(self, ids: Tensor, name: str, start: int = 0) -> None:
-        """Token ids must be [batch, len] with start + len <= max_len."""
-        if not isinstance(ids, Tensor) or ids.dim() != 2:
-            shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"{name} must be token ids of shape [batch, {name}_len], got {shape}")
+        """Token ids must be a non-empty integer [batch, len], start + len <= max_len, in the vocabulary."""
+        _check_token_ids(name, ids)
+        if ids.dim() != 2 or ids.size(0) == 0 or ids.size(1) == 0:
+            raise ValueError(f"{name} must be token ids of shape [batch, {name}_len], both at least 1, "
+                             f"got {tuple(ids.shape)}")
         if start + ids.size(1) > self.max_len:
             raise ValueError(
                 f"{name} is too long: {name}_len={ids.size(1)}"
                 + (f" at start={start}" if start else "")
                 + f" exceeds max_len={self.max_len}; build the Transformer with a larger max_len"
             )
+        table = self.src_embed if name == "src" else self.tgt_embed
+        _check_id_range(name, ids, table.vocab_size)  # eager mode only
+
+    def _check_mask(self, mask: Tensor | None, name: str, shape: tuple) -> None:
+        """A mask given by the caller: bool, broadcasting to shape [B, 1, q_len, k_len]."""
+        if mask is not None:
+            _check_mask(mask, (shape[0], self._config["num_heads"], *shape[2:]), name)
 
     def make_src_mask(self, src: Tensor) -> Tensor:
-        """src [B, S] -> bool [B, 1, 1, S]: True at real (non-pad) source tokens."""
+        """The source padding mask.
+
+        Args:
+            src: source ids [B, S].
+
+        Returns:
+            Bool [B, 1, 1, S]: True at real (non-pad) source tokens.
+        """
         return padding_mask(src, self.pad_id)
 
     def make_tgt_mask(self, tgt: Tensor) -> Tensor:
-        """tgt [B, T] -> bool [B, 1, T, T]: causal AND not padding (True = may attend)."""
+        """The target mask: causal AND not padding (True = may attend).
+
+        Args:
+            tgt: target ids [B, T].
+
+        Returns:
+            Bool [B, 1, T, T].
+        """
         return combine_masks(padding_mask(tgt, self.pad_id), causal_mask(tgt.size(1), tgt.device))
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """src [B, S] -> memory [B, S, d_model]. src_mask defaults to make_src_mask(src)."""
+        """Run the encoder.
+
+        Args:
+            src: source ids [B, S], integers in [0, src_vocab_size).
+            src_mask: optional bool [B, 1, 1, S] (True = may attend); default
+                make_src_mask(src).
+
+        Returns:
+            memory [B, S, d_model].
+
+        Raises:
+            TypeError: src is not an integer tensor, or src_mask not bool.
+            ValueError: src is empty, not [B, S] or longer than max_len; src_mask does
+                not fit.
+            IndexError: an id lies outside the vocabulary (eager mode).
+        """
         self._check_ids(src, "src")
+        self._check_mask(src_mask, "src_mask", (src.size(0), 1, src.size(1), src.size(1)))
         if src_mask is None:
             src_mask = self.make_src_mask(src)
         return self.encoder(self.positional(self.src_embed(src)), src_mask)  # [B, S, d_model]
@@ -333,32 +411,69 @@ class Transformer(PretrainedModel):
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, caches: list[dict] | None = None,
                start: int = 0) -> Tensor:
-        """tgt [B, T], memory [B, S, d_model] -> logits [B, T, tgt_vocab_size].
+        """Run the decoder on the encoder's memory and return the logits.
 
-        src_mask [B, 1, 1, S] hides padded source tokens from cross-attention (None: all
-        visible). tgt_mask defaults to make_tgt_mask(tgt); with caches (chapter 10's
-        incremental decoding: one dict per decoder layer) tgt holds the tokens at
-        positions start .. start+T-1, and the default mask lets each of them see every
-        earlier position, cached or new.
+        Args:
+            tgt: target ids [B, T], integers in [0, tgt_vocab_size).
+            memory: the encoder output [B, S, d_model], in the model's dtype.
+            src_mask: optional bool [B, 1, 1, S] that hides padded source tokens from
+                cross-attention (default None: all visible).
+            tgt_mask: optional bool, broadcastable to [B, 1, T, start + T]; default
+                make_tgt_mask(tgt), or with caches a mask that lets each new token see
+                every earlier position, cached or new.
+            caches: chapter 10's incremental decoding: one dict per decoder layer; tgt
+                then holds the tokens at positions start .. start+T-1.
+            start: position of tgt's first token, >= 0 (default 0).
+
+        Returns:
+            logits [B, T, tgt_vocab_size].
+
+        Raises:
+            TypeError: tgt is not an integer tensor, memory is in another dtype, or a mask
+                is not bool.
+            ValueError: a shape does not fit, tgt is empty or reaches past max_len, or the
+                batch sizes of tgt and memory differ.
+            IndexError: an id lies outside the vocabulary (eager mode).
         """
+        _check_int("start", start, 0)
         self._check_ids(tgt, "tgt", start)
+        if not isinstance(memory, Tensor) or memory.dim() != 3:
+            got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
+            raise ValueError(f"memory must be the encoder output [batch, src_len, {self.d_model}], got {got}")
         if memory.size(0) != tgt.size(0):
             raise ValueError(
                 f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}: "
                 "source and target batches must match"
             )
+        b, t = tgt.shape
+        self._check_mask(src_mask, "src_mask", (b, 1, t, memory.size(1)))
+        self._check_mask(tgt_mask, "tgt_mask", (b, 1, t, start + t))
         if tgt_mask is None:
             if caches is None or start == 0:
                 tgt_mask = self.make_tgt_mask(tgt)
             else:  # queries start..start+T-1 against keys 0..start+T-1
-                t = tgt.size(1)
                 tgt_mask = torch.ones(t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
         x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
         x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, tgt_vocab_size]
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """src [B, S], tgt [B, T] -> logits [B, T, tgt_vocab_size]."""
+        """Encode src, decode tgt (teacher forcing): one prediction per target position.
+
+        Args:
+            src: source ids [B, S]; padding (pad_id) is masked out.
+            tgt: target ids [B, T], the decoder input (usually the target without its
+                last token); the same batch size B.
+
+        Returns:
+            logits [B, T, tgt_vocab_size]: logits[b, t] scores the token after tgt[b, t].
+
+        Raises:
+            TypeError: src or tgt is not an integer tensor.
+            ValueError: src or tgt is empty, not 2-D or longer than max_len, or their
+                batch sizes differ.
+            IndexError: an id lies outside its vocabulary (eager mode).
+        """
         self._check_ids(src, "src")
         self._check_ids(tgt, "tgt")
         if src.size(0) != tgt.size(0):
@@ -380,7 +495,12 @@ class Transformer(PretrainedModel):
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of distinct parameters (shared or tied weights counted once).
 
-    model: any nn.Module; trainable_only: count only parameters with requires_grad.
+    Args:
+        model: any nn.Module.
+        trainable_only: count only parameters with requires_grad (default True).
+
+    Returns:
+        The number of scalars in the distinct parameters.
     """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
@@ -793,6 +913,10 @@ show_error(lambda: model(src, tgt[:2]))  # 3 source sentences, 2 targets
 show_error(lambda: model(src, torch.randint(1, 50, (3, 25))))  # max_len is 20
 show_error(lambda: model(torch.randint(1, 50, (3, 21)), tgt))
 show_error(lambda: model(src, tgt + 100))  # ids outside the vocabulary
+show_error(lambda: model(src[:, :0], tgt))  # an empty source
+show_error(lambda: Transformer(0, 100))  # named as the caller wrote it, not "vocab_size"
+show_error(lambda: Transformer(100, 100, pad_id=-1))
+show_error(lambda: Transformer(100, 100, tie_output="yes"))
 
 # %% [markdown]
 # **Saving and loading.** The shared, tied `toy` model of section 4 goes into a directory
@@ -959,11 +1083,28 @@ print(f"n = {n}: {per_head:,} entries per head; x 8 heads x 4 bytes = {per_head 
 # We measure it on one encoder block (width 64, 4 heads, batch 1) for growing $n$:
 # the memory that the forward pass saves for backward (counted exactly, tensor by
 # tensor, through `torch.autograd.graph.saved_tensors_hooks`) and the forward time.
+# The block runs attention on chapter 03's fused path (`need_weights=False`); to see the
+# matrices we also run it on the explained path, by switching `need_weights` back on with
+# a forward pre-hook on its attention module (the way chapter 10 reads attention weights
+# out of a trained model).
 
 # %%
 lengths = [64, 128, 256, 512, 1024]
 torch.manual_seed(0)
 probe = EncoderBlock(64, 4, 256, dropout=0.0)
+
+
+@contextlib.contextmanager
+def explained_attention(block: nn.Module):
+    """Inside the block, attention computes and returns its weights (need_weights=True)."""
+    def want_weights(_module, args, kwargs):
+        return args, {**kwargs, "need_weights": True}
+
+    handle = block.self_attn.register_forward_pre_hook(want_weights, with_kwargs=True)
+    try:
+        yield block
+    finally:
+        handle.remove()
 
 
 def saved_bytes(block: nn.Module, length: int) -> int:
@@ -984,9 +1125,12 @@ def saved_bytes(block: nn.Module, length: int) -> int:
     return total
 
 
-memory_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
-for n, mb in zip(lengths, memory_mb, strict=True):
-    print(f"n = {n:5d}: {mb:8.2f} MB saved for backward, attention weights alone {4 * n * n * 4 / 1e6:7.2f} MB")
+fused_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
+with explained_attention(probe):
+    memory_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
+print(f"{'n':>6s} {'explained (MB)':>15s} {'fused (MB)':>11s} {'attention weights alone (MB)':>29s}")
+for n, mb, fmb in zip(lengths, memory_mb, fused_mb, strict=True):
+    print(f"{n:6d} {mb:15.2f} {fmb:11.2f} {4 * n * n * 4 / 1e6:29.2f}")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1012,12 +1156,14 @@ def forward_seconds(block: nn.Module, length: int, repeats: int = 5) -> float:
     return min(times)
 
 
-seconds = [forward_seconds(probe, n) for n in lengths]
+with explained_attention(probe):
+    seconds = [forward_seconds(probe, n) for n in lengths]
 for n, s in zip(lengths, seconds, strict=True):
     print(f"n = {n:5d}: {s * 1e3:7.2f} ms")
 
 # %%
 assert memory_mb[-1] / memory_mb[-2] > 3  # doubling n: more than 3x the memory (n^2 dominates)
+assert fused_mb[-1] / fused_mb[-2] < 2.2  # the fused path: about 2x, linear in n
 assert seconds[-1] / seconds[-3] > 4  # 4x the length: more than the 4x a linear cost would take
 
 # %%
@@ -1029,7 +1175,8 @@ axes[0].loglog(lengths, (seconds[-1] * 1e3 * (ns / ns[-1]) ** 2).tolist(), "k--"
 axes[0].loglog(lengths, (seconds[0] * 1e3 * (ns / ns[0])).tolist(), "k:", lw=1, label="∝ n")
 axes[0].set(xlabel="sequence length n", ylabel="forward time (ms)",
             title="Time of one encoder block")
-axes[1].loglog(lengths, memory_mb, "s-", color="C1", label="saved for backward")
+axes[1].loglog(lengths, memory_mb, "s-", color="C1", label="saved for backward, explained")
+axes[1].loglog(lengths, fused_mb, "^-", color="C2", label="saved for backward, fused")
 axes[1].loglog(lengths, [4 * n * n * 4 / 1e6 for n in lengths], "k--", lw=1,
                label="attention weights (4 heads)")
 axes[1].set(xlabel="sequence length n", ylabel="MB", title="Memory of one encoder block")
@@ -1042,18 +1189,28 @@ plt.show()
 
 # %% [markdown]
 # At short lengths the parts that grow linearly (projections, FFN) and fixed
-# overheads dominate: memory and time grow no faster than $n$ (memory 0.41 MB at
-# $n = 64$, 0.81 MB at 128). From a few hundred tokens on, the attention matrices take
-# over and both curves bend towards $n^2$: from $n = 512$ to $1024$ the memory more
-# than triples (the printed table), and from $256$ to $1024$ the time grows well
-# beyond the 4 times a linear cost would take (the assertion above checks both). The
-# last step of the time curve is often steeper than $n^2$; the arithmetic grows at
-# most fourfold when $n$ doubles, so the rest comes from the machine (caches, memory
-# traffic), not from the model. This is why sentence-level translation is cheap and
-# why long documents need other tricks: attention kernels that never store the
-# matrix (Dao et al., 2022, "FlashAttention"), sparse attention (Child et al., 2019,
-# "Generating Long Sequences with Sparse Transformers") or linear attention
+# overheads dominate: memory and time grow no faster than $n$. From a few hundred tokens
+# on, the attention matrices take over and both curves of the explained path bend towards
+# $n^2$: from $n = 512$ to $1024$ its memory more than triples (the printed table), and
+# from $256$ to $1024$ the time grows well beyond the 4 times a linear cost would take
+# (the assertions above check both). The last step of the time curve is often steeper
+# than $n^2$; the arithmetic grows at most fourfold when $n$ doubles, so the rest comes
+# from the machine (caches, memory traffic), not from the model. The fused path keeps no
+# matrix for backward, so its memory stays linear in $n$ (it doubles when $n$ doubles);
+# its arithmetic is still quadratic. This is why sentence-level translation is cheap and
+# why long documents need more: attention kernels that never store the matrix (Dao et
+# al., 2022, "FlashAttention", which is what the fused path does), sparse attention (Child
+# et al., 2019, "Generating Long Sequences with Sparse Transformers") or linear attention
 # (Katharopoulos et al., 2020, "Transformers are RNNs").
+#
+# ### Compiling and exporting
+#
+# Nothing in `forward` branches on the *values* of a tensor (only on shapes, which a
+# compiler may assume; chapter 01's id-range check runs in eager mode only), so
+# `torch.compile(model, fullgraph=True)` turns the whole forward pass into one graph and
+# `torch.export.export(model, (src, tgt))` captures it as a program that runs without
+# Python, with the batch size and the lengths left dynamic if asked
+# (`tests/test_toolchain.py` checks both against the eager model).
 #
 # ### Hooks for generation
 #

@@ -190,6 +190,8 @@ print(f"\n《{quiet_night.title}》 {quiet_night.author}\n{quiet_night.text}")
 #| export text
 import random
 
+from transformer.embedding import _check_float, _check_int
+
 
 class TextSplit(NamedTuple):
     """Disjoint train / valid / test lists of documents.
@@ -224,9 +226,8 @@ def split_documents(documents: list[Document], valid_fraction: float = 0.1,
         ValueError: a fraction is not a number in [0, 1), or together they leave no
             document for training.
     """
-    for name, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    _check_float("valid_fraction", valid_fraction, 0.0, 1.0)  # chapter 01's shared checks
+    _check_float("test_fraction", test_fraction, 0.0, 1.0)
     n_valid, n_test = round(valid_fraction * len(documents)), round(test_fraction * len(documents))
     if n_valid + n_test >= len(documents):
         raise ValueError(f"valid_fraction={valid_fraction} and test_fraction={test_fraction} leave "
@@ -298,8 +299,7 @@ class CharVocab(Vocab):
         Raises:
             ValueError: min_count is not a positive integer.
         """
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive integer, got {min_count!r}")
+        _check_int("min_count", min_count)
         counts = Counter(char for text in texts for char in text)
         kept = [char for char, n in counts.items() if n >= min_count]
         return cls(sorted(kept, key=lambda char: (-counts[char], char)))
@@ -431,8 +431,7 @@ def _check_windows(stream: Tensor, seq_len: int, need: int) -> None:
     if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.dtype != torch.long:
         got = f"{stream.dtype} {tuple(stream.shape)}" if isinstance(stream, Tensor) else type(stream).__name__
         raise ValueError(f"stream must be a 1-D LongTensor of ids [N], got {got}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    _check_int("seq_len", seq_len)
     if len(stream) < need:
         raise ValueError(f"stream holds {len(stream)} ids; a window of seq_len={seq_len} needs {need}")
 
@@ -456,8 +455,7 @@ def random_windows(stream: Tensor, batch_size: int, seq_len: int,
             positive integer, or the stream is shorter than one window.
     """
     _check_windows(stream, seq_len, seq_len + 1)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    _check_int("batch_size", batch_size)
     starts = torch.randint(0, len(stream) - seq_len, (batch_size,), generator=generator)  # [B]
     windows = stream[starts[:, None] + torch.arange(seq_len + 1)]  # [B, T + 1]
     return windows[:, :-1], next_token_labels(windows[:, 1:])
@@ -539,6 +537,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F811 (lm.py's own import)
 from transformer.generation import eval_mode
 from transformer.text import next_token_labels, sequential_windows
 
@@ -550,27 +549,27 @@ class BigramLanguageModel(nn.Module):
     (token, next label) pairs of the training stream and p(b) is the add-one smoothed
     unigram over every token that may be a label (all but `<pad>` and `<bos>`).
     weight = 0 gives the unigram model. A token never seen as a context falls back on
-    the unigram.
+    the unigram. weight = 1, the bigram alone, is refused: it gives every pair it never
+    counted probability 0, and held-out text an infinite perplexity.
 
     Args:
         stream: the training ids [N] (from encode_stream).
         vocab_size: V.
-        weight: the bigram's share lambda in [0, 1] (default 0.5).
+        weight: the bigram's share lambda in [0, 1) (default 0.5).
 
     Raises:
         ValueError: stream is not a 1-D LongTensor of at least 2 ids inside the vocabulary,
-            or weight is not a number in [0, 1].
+            or weight is not a number in [0, 1).
     """
 
     def __init__(self, stream: Tensor, vocab_size: int, weight: float = 0.5):
         super().__init__()
+        self.vocab_size = _check_int("vocab_size", vocab_size)
+        self.weight = _check_float("weight", weight, 0.0, 1.0)
         if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.dtype != torch.long or len(stream) < 2:
             raise ValueError("stream must be a 1-D LongTensor of at least 2 ids")
         if int(stream.min()) < 0 or int(stream.max()) >= vocab_size:
             raise ValueError(f"stream holds ids outside [0, {vocab_size - 1}] (vocab_size={vocab_size})")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
-            raise ValueError(f"weight must be a number in [0, 1], got {weight!r}")
-        self.vocab_size, self.weight = vocab_size, float(weight)
         previous, labels = stream[:-1], next_token_labels(stream[1:])  # [N - 1] each
         keep = labels != PAD_ID
         previous, labels = previous[keep], labels[keep]
@@ -676,12 +675,6 @@ plt.show()
 from transformer.generation import filter_logits
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              eos_id: int | None = EOS_ID, generator: torch.Generator | None = None,
@@ -718,16 +711,13 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
         TypeError: prompt is not an integer tensor.
         ValueError: an argument is out of range (the message names it).
     """
-    if not isinstance(prompt, Tensor) or prompt.is_floating_point() or prompt.dtype == torch.bool:
-        raise TypeError(f"prompt must be an integer tensor of token ids, got {prompt!r:.60}")
+    _check_token_ids("prompt", prompt)
     if prompt.dim() != 2 or prompt.numel() == 0:
         raise ValueError(f"prompt must be ids of shape [batch, P] with batch, P > 0, got {tuple(prompt.shape)}")
-    _check_positive_int("max_new_tokens", max_new_tokens)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-    for name, flag in (("greedy", greedy), ("use_cache", use_cache)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    _check_int("max_new_tokens", max_new_tokens)
+    _check_float("temperature", temperature, 0.0, low_closed=False)
+    _check_bool("greedy", greedy)
+    _check_bool("use_cache", use_cache)
     limit = getattr(model, "max_len", None)
     if limit is not None and prompt.size(1) + max_new_tokens > limit:
         raise ValueError(f"the prompt's {prompt.size(1)} ids plus max_new_tokens={max_new_tokens} "

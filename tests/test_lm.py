@@ -25,12 +25,12 @@ def stream(vocab):
 
 def test_bigram_counts_pairs_by_hand(vocab):
     stream = encode_stream(["明月明月光", "明光"], vocab)  # <bos> 明 月 明 月 光 <eos> <bos> 明 光 <eos>
-    model = BigramLanguageModel(stream, len(vocab), weight=1.0)
+    model = BigramLanguageModel(stream, len(vocab), weight=0.9)
     m, y, g = vocab.stoi["明"], vocab.stoi["月"], vocab.stoi["光"]
     probs = model.log_probs.exp()
-    # 明 is followed by 月 twice and by 光 once.
-    assert probs[m, y].item() == pytest.approx(2 / 3)
-    assert probs[m, g].item() == pytest.approx(1 / 3)
+    # 明 is followed by 月 twice and by 光 once; the unigram gets the other 10%.
+    assert probs[m, y].item() == pytest.approx(0.9 * 2 / 3 + 0.1 * model.unigram[y].item())
+    assert probs[m, g].item() == pytest.approx(0.9 * 1 / 3 + 0.1 * model.unigram[g].item())
     # After <eos> comes <bos>, which is never counted: <eos> is never a context with a label.
     assert torch.allclose(probs[EOS_ID], model.unigram)
 
@@ -48,7 +48,7 @@ def test_unigram_is_add_one_over_the_possible_labels(vocab):
 
 
 def test_bigram_rows_are_distributions_without_pad_or_bos(vocab, stream):
-    for weight in (0.0, 0.3, 1.0):
+    for weight in (0.0, 0.3, 0.99):
         probs = BigramLanguageModel(stream, len(vocab), weight).log_probs.exp()
         assert torch.allclose(probs.sum(-1), torch.ones(len(vocab)), atol=1e-5)
         assert (probs[:, [PAD_ID, BOS_ID]] == 0).all()
@@ -63,7 +63,8 @@ def test_bigram_forward_has_a_language_models_interface(vocab, stream):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(weight=1.5), "weight"),
+    (dict(weight=1.0), "weight"),  # the bigram alone: infinite held-out perplexity
+    (dict(weight=-0.1), "weight"),
     (dict(weight=True), "weight"),
     (dict(weight=float("nan")), "weight"),
     (dict(vocab_size=3), "outside"),
@@ -130,7 +131,7 @@ def test_generate_never_writes_pad_or_bos_even_when_the_model_prefers_them():
 
 
 def test_generate_greedy_follows_the_most_likely_pair(vocab, stream):
-    model = BigramLanguageModel(stream, len(vocab), 1.0)
+    model = BigramLanguageModel(stream, len(vocab), 0.99)
     prompt = torch.tensor([[BOS_ID, vocab.stoi["春"]]])
     out = generate(model, prompt, 4, greedy=True)
     assert vocab.decode(out[0]) == "春眠不觉晓"
@@ -163,7 +164,7 @@ def test_generate_refuses_bad_arguments(vocab, stream, kwargs, error, message):
 
 
 def test_continue_poems_keeps_only_complete_lines(vocab, stream):
-    model = BigramLanguageModel(stream, len(vocab), 1.0)
+    model = BigramLanguageModel(stream, len(vocab), 0.99)
     written = continue_poems(model, ["床前明月光，疑是地上霜。", "春眠不觉晓，处处闻啼鸟。"], vocab,
                              max_new_tokens=30, greedy=True)
     assert len(written) == 2

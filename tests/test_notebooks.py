@@ -38,18 +38,58 @@ def test_chapter_has_title_seed_figure_and_kernel(chapter):
     assert figures, f"{chapter.rel}: a chapter has at least one figure"
 
 
+def headings(chapter):
+    return [line.lower() for c in chapter.notebook.cells if c.cell_type == "markdown"
+            for line in c.source.splitlines() if line.startswith("#")]
+
+
+def shape_problems(chapter) -> list[str]:
+    """What a chapter lacks of the book's shape; an appendix needs only its summary."""
+    found = headings(chapter)
+    problems = [] if any("summary" in h for h in found) else ["no summary section"]
+    if chapter.is_appendix:
+        return problems
+    if not any("exercise" in h for h in found):
+        problems.append("no exercises section")
+    if not any("still missing" in h or "what we can do now" in h for h in found):
+        problems.append("no 'what we can do now / what is still missing' section")
+    return problems
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
 def test_chapter_has_a_bridge_exercises_and_a_summary(chapter):
-    headings = [line.lower() for c in chapter.notebook.cells if c.cell_type == "markdown"
-                for line in c.source.splitlines() if line.startswith("#")]
-    assert any("exercise" in h for h in headings), f"{chapter.rel}: no exercises section"
-    assert any("summary" in h for h in headings), f"{chapter.rel}: no summary section"
-    assert any("still missing" in h or "what we can do now" in h for h in headings), (
-        f"{chapter.rel}: no 'what we can do now / what is still missing' section")
+    assert not shape_problems(chapter), f"{chapter.rel}: {shape_problems(chapter)}"
 
 
-def test_chapters_are_numbered_without_gaps():
-    assert [c.number for c in CHAPTERS] == list(range(1, len(CHAPTERS) + 1))
+def test_chapters_are_numbered_without_gaps_and_appendices_come_after():
+    chapters = [c.number for c in CHAPTERS if not c.is_appendix]
+    appendices = [c.number for c in CHAPTERS if c.is_appendix]
+    assert chapters == list(range(1, len(chapters) + 1))
+    assert all(a > max(chapters) for a in appendices)
+
+
+def test_only_an_appendix_may_go_without_exercises_and_bridge(tmp_path):
+    """The rule can fail: the same notebook without exercises is refused as a chapter."""
+    import nbformat
+    from exercises import structure_problems
+    from notebooks import read_chapter
+
+    def notebook(title: str):
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_markdown_cell(f"# 14 · {title}"),
+                    nbformat.v4.new_code_cell("import torch\n_ = torch.manual_seed(0)"),
+                    nbformat.v4.new_markdown_cell("## Summary\n\nMeasured.")]
+        path = tmp_path / "14_benchmarks.ipynb"
+        nbformat.write(nb, path)
+        return read_chapter(path)
+
+    appendix = notebook("Appendix: Benchmarks")
+    assert appendix.is_appendix and appendix.title == "Appendix: Benchmarks"
+    assert shape_problems(appendix) == [] and structure_problems(appendix) == []
+    chapter = notebook("Benchmarks")
+    assert not chapter.is_appendix
+    assert len(shape_problems(chapter)) == 2
+    assert any("exercises" in p for p in structure_problems(chapter))
 
 
 def test_nbval_fails_when_a_stored_output_of_chapter_01_changes(tmp_path):

@@ -10,18 +10,32 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_wheel_holds_the_package_and_not_the_book(tmp_path):
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+    # -v shows setuptools' warnings; PYTHONDONTWRITEBYTECODE would add two of the environment's own
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(tmp_path / "dist"), str(ROOT)],
-        check=True, capture_output=True,
+        check=True, capture_output=True, text=True, env=env,
     )
+    log = build.stdout + build.stderr
+    warnings = [line for line in log.splitlines()
+                if "warning" in line.lower() and "is ignored" not in line]  # pip's index notes
+    assert not warnings, "packaging warnings:\n" + "\n".join(warnings)
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     modules = sorted(p.name for p in (ROOT / "transformer").glob("*.py"))
     assert sorted(n.split("/")[-1] for n in names if n.startswith("transformer/")
                   and n.endswith(".py")) == modules
-    shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer").rglob("*.pt")]
-    assert all(s in names for s in shipped), "the shipped checkpoint must be in the wheel"
+    shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "checkpoints").rglob("*")
+               if p.is_file()]
+    assert shipped and all(s in names for s in shipped), "every shipped checkpoint file must be in the wheel"
+    assert "transformer/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "License-Expression: MIT AND GPL-3.0-or-later" in metadata  # the code; chapter 11's corpus
+    corpus = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "corpora").iterdir()]
+    assert "transformer/corpora/classical_chinese.txt" in corpus and all(c in names for c in corpus), (
+        "the corpus, its README and its licence must be in the wheel")
     assert not any(n.startswith(("chapters/", "tests/", "tools/")) for n in names)
 
     # Installed on its own (no repository on the path), it imports and works.

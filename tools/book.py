@@ -1,87 +1,87 @@
-"""Build the book: run every chapter in a fresh kernel and write HTML pages to _build/.
+"""Build the book: run every chapter in a fresh kernel, then build the website from the runs.
 
-    python tools/book.py [CHAPTER ...]     (default: every chapter)
+    python tools/book.py [--jobs N] [CHAPTER ...]     (default: every chapter)
 
-Each chapter is executed top to bottom from its committed source (the stored
-outputs are not reused), then rendered to `_build/NN_name.html`; `_build/index.html`
-links them with each chapter's run time. The committed notebooks are not touched.
+Chapters run N at a time (default: 2, or 1 on a one-core machine), the longest
+first as the committed run's cell timestamps predict: chapter 09 trains on one
+thread for minutes, and the other chapters run beside it on the second core.
+
+Each chapter is executed top to bottom from its committed source in a fresh kernel
+(the stored outputs are not reused) and the executed copy is written to
+_build/executed/. The website (tools/website.py) is then built from those copies
+into _build/html/. The committed notebooks are not touched. Naming chapters runs
+only those; the site is then built from the fresh runs of those chapters and the
+committed outputs of the others.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
+import os
+import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
-from nbconvert import HTMLExporter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import website  # noqa: E402
 from execute import execute_notebook  # noqa: E402
 from notebooks import ROOT, read_book, read_chapter  # noqa: E402
 
-BUILD = ROOT / "_build"
-
-INDEX = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>Building a Transformer, step by step</title>
-<style>
- body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 3rem auto; padding: 0 1rem;
-        line-height: 1.5; color: #222; }}
- table {{ border-collapse: collapse; width: 100%; }}
- td, th {{ padding: .35rem .6rem; border-bottom: 1px solid #ddd; text-align: left; }}
- td.num, th.num {{ text-align: right; font-variant-numeric: tabular-nums; }}
- code {{ background: #f4f4f4; padding: 0 .2rem; }}
-</style></head><body>
-<h1>Building a Transformer, step by step</h1>
-<p>An encoder-decoder Transformer in PyTorch, one idea per chapter, ending with a model that
-translates <code>I love apples</code> into <code>我 喜欢 苹果</code>. Each chapter below was
-executed top to bottom in a fresh kernel by <code>make book</code>.</p>
-<table>
-<tr><th>#</th><th>Chapter</th><th>Builds</th><th class="num">Run time</th></tr>
-{rows}
-</table>
-<p>Total run time: {total:.1f} s.</p>
-</body></html>
-"""
+EXECUTED = ROOT / "_build" / "executed"
 
 
-def build_chapter(path: Path, exporter: HTMLExporter) -> tuple[str, str, float]:
-    """Execute one chapter and write its page; return (page name, title, seconds)."""
-    chapter = read_chapter(path)
+def run(path: Path) -> tuple[Path, float]:
+    """Execute one chapter in a fresh kernel; write the executed copy; return its time."""
     notebook = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     execute_notebook(notebook)
     seconds = time.perf_counter() - start
-    nbformat.write(notebook, BUILD / path.name)
-    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": chapter.title}})
-    page = f"{path.stem}.html"
-    (BUILD / page).write_text(body, encoding="utf-8")
-    return page, chapter.title, seconds
+    nbformat.write(notebook, EXECUTED / path.name)
+    return path, seconds
 
 
-def main() -> int:
+def stored_seconds(notebook: nbformat.NotebookNode) -> float:
+    """How long the committed run took, from its cells' timestamps (0 if it has none)."""
+    times = [datetime.fromisoformat(cell.metadata["execution"][key].replace("Z", "+00:00"))
+             for cell in notebook.cells if "execution" in cell.get("metadata", {})
+             for key in ("iopub.execute_input", "shell.execute_reply")
+             if key in cell.metadata["execution"]]
+    return (max(times) - min(times)).total_seconds() if times else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path)
-    args = parser.parse_args()
-    chapters = ([read_chapter(p.resolve().with_suffix(".ipynb")) for p in args.chapters]
-                or read_book())
-    BUILD.mkdir(exist_ok=True)
-    exporter = HTMLExporter(template_name="lab")
-    rows, total = [], 0.0
-    for chapter in chapters:
-        page, title, seconds = build_chapter(chapter.path, exporter)
-        total += seconds
-        print(f"{chapter.number:02d}  {title:<40} {seconds:6.1f} s  -> _build/{page}", flush=True)
-        modules = ", ".join(f"<code>transformer/{m}.py</code>" for m in chapter.modules)
-        rows.append(f'<tr><td>{chapter.number:02d}</td><td><a href="{page}">{html.escape(title)}'
-                    f'</a></td><td>{modules}</td><td class="num">{seconds:.1f} s</td></tr>')
-    (BUILD / "index.html").write_text(INDEX.format(rows="\n".join(rows), total=total),
-                                      encoding="utf-8")
-    print(f"book: {len(chapters)} chapters in {total:.1f} s; open _build/index.html")
-    return 0
+    parser.add_argument("--jobs", type=int,
+                        default=int(os.environ.get("BOOK_JOBS", min(2, os.cpu_count() or 1))),
+                        help="chapters run at the same time (default 2, or $BOOK_JOBS)")
+    args = parser.parse_args(argv)
+    every = read_book()
+    chosen = ([read_chapter(p.resolve().with_suffix(".ipynb")) for p in args.chapters]
+              or every)
+    shutil.rmtree(EXECUTED, ignore_errors=True)
+    EXECUTED.mkdir(parents=True)
+    start = time.perf_counter()
+    longest_first = sorted(chosen, key=lambda c: -stored_seconds(c.notebook))
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for future in as_completed([pool.submit(run, c.path) for c in longest_first]):
+            path, seconds = future.result()
+            print(f"ran {path.relative_to(ROOT)} in {seconds:5.1f} s", flush=True)
+    print(f"book: {len(chosen)} chapters run in {time.perf_counter() - start:.1f} s", flush=True)
+    ran = {c.name for c in chosen}
+    for chapter in every:  # chapters not named: their committed outputs
+        if chapter.name not in ran:
+            shutil.copyfile(chapter.path, EXECUTED / chapter.path.name)
+    status = website.build(EXECUTED)
+    if status == 0:
+        print(f"book: done in {time.perf_counter() - start:.1f} s; "
+              f"open {(website.HTML / 'index.html').relative_to(ROOT)}")
+    return status
 
 
 if __name__ == "__main__":

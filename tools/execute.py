@@ -19,7 +19,9 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+import zmq
 from nbclient import NotebookClient
+from traitlets.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import export  # noqa: E402
@@ -28,12 +30,26 @@ from notebooks import CHAPTERS, ROOT  # noqa: E402
 KERNEL = "transformer-book"
 
 
+def kernel_config() -> Config:
+    """Kernel manager settings: encrypt the kernel's sockets with CurveZMQ keys.
+
+    Over plain TCP, ipykernel (7.x) warns at every start that the connection is
+    not encrypted, which a reader of `make book` takes for a fault. Here the
+    manager hands the kernel a CurveZMQ key pair ("auto": whenever the
+    kernelspec declares support, as ipykernel's does), so there is nothing to
+    warn about. Without CurveZMQ in pyzmq the default (plain TCP) stays.
+    """
+    if not zmq.has("curve"):
+        return Config()
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
+
+
 def notebook_client(notebook: nbformat.NotebookNode, *, allow_errors: bool = False,
                     timeout: int = 900) -> NotebookClient:
     """A client that runs `notebook` in a fresh kernel with chapters/ as working directory."""
     return NotebookClient(
         notebook, timeout=timeout, kernel_name=KERNEL, allow_errors=allow_errors,
-        resources={"metadata": {"path": str(CHAPTERS)}},
+        resources={"metadata": {"path": str(CHAPTERS)}}, config=kernel_config(),
     )
 
 

@@ -11,6 +11,12 @@ A chapter is `chapters/NN_name.ipynb`, paired with `chapters/NN_name.py`
   `### END SOLUTION` (nbgrader's markers);
 - a code cell whose first line is `#| check NAME` is the check that grades
   exercise NAME.
+
+An **appendix** is a notebook whose title reads "Appendix: ..." (`# 14 · Appendix:
+Benchmarks`). It follows the same pipeline (executed, paired, nbval, may export a
+module) but is reference material, not a step of the derivation: it needs no
+exercises and no "what is still missing" bridge. Appendices are numbered after every
+chapter; chapters are numbered 01, 02, ... without gaps.
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ class Chapter:
                         # "# 03 · Single-head attention" -> "Single-head attention"
                         return re.sub(r"^\d+\s*[·.:-]?\s*", "", line[2:].strip())
         return self.name
+
+    @property
+    def is_appendix(self) -> bool:
+        """True for an appendix: its title starts with "Appendix" (no exercises, no bridge)."""
+        return self.title.startswith("Appendix")
 
     @property
     def modules(self) -> list[str]:

@@ -30,6 +30,8 @@ from transformer.generation import eval_mode, IncrementalDecoder, greedy_decode,
 from transformer.lm import BigramLanguageModel, perplexity, generate, continue_poems
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
+# chapter 14: Appendix: Benchmarks
+from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
 __version__ = "0.1.0"
 
@@ -116,4 +118,16 @@ __all__ = [
     "VERSE_LINE",
     "verse_form",
     "verse_form_share",
+    "machine_info",
+    "cpu_seconds",
+    "interleaved",
+    "TorchReference",
+    "random_batch",
+    "train_step",
+    "eval_forward",
+    "paired_models",
+    "gemm_flops_per_second",
+    "train_step_flops",
+    "bytes_per_token",
+    "bandwidth_bytes_per_second",
 ]

@@ -8,23 +8,78 @@ import torch
 from torch import Tensor, nn
 
 
-def _check_positive_int(name: str, value: object) -> None:
-    # bool is a subclass of int, but True is not a size.
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _check_int(name: str, value: object, minimum: int = 1) -> int:
+    """value if it is an integer >= minimum, else a ValueError that names the argument."""
+    # bool is a subclass of int, but True is not a size. A SymInt is a size being traced.
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)) or value < minimum:
+        kind = {0: "a non-negative integer", 1: "a positive integer"}.get(
+            minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return value
+
+
+def _check_float(name: str, value: object, low: float, high: float = math.inf,
+                 low_closed: bool = True) -> float:
+    """value as a float if it lies in [low, high) (or (low, high)), else a ValueError naming it.
+
+    NaN fails every comparison, so it is refused too; so are bools and infinities.
+    """
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and (low <= value if low_closed else low < value) and value < high)
+    if not ok:
+        interval = f"{'[' if low_closed else '('}{low:g}, {high:g})"
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+    return float(value)
+
+
+def _check_bool(name: str, value: object) -> bool:
+    """value if it is True or False (not 1, "yes" or None), else a ValueError naming it."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _check_token_ids(name: str, ids: object) -> Tensor:
+    """ids if it is an integer tensor, else a TypeError naming the argument."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor (token ids are labels), got dtype {ids.dtype}")
+    return ids
+
+
+def _check_id_range(name: str, ids: Tensor, vocab_size: int) -> None:
+    """An IndexError naming the argument if an id lies outside [0, vocab_size).
+
+    It reads the ids' values, which a compiler cannot know in advance, so it runs in
+    eager mode only (under torch.compile and torch.export the indexing kernel checks).
+    """
+    if torch.compiler.is_compiling() or ids.numel() == 0:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        raise IndexError(f"{name} must lie in [0, {vocab_size - 1}] (vocab_size={vocab_size}), "
+                         f"got values in [{low}, {high}]")
 
 
 class TokenEmbedding(nn.Module):
-    """Look up a learned vector for each token id.
+    """Look up a learned vector for each token id, times sqrt(d_model) (the paper's scale).
 
-    ids [batch, seq] (any integer tensor [...]) -> vectors [batch, seq, d_model]
-    ([..., d_model]), multiplied by sqrt(d_model) when scale=True (the paper's choice).
+    The table is `self.embedding` (an nn.Embedding), whose `.weight` [vocab_size, d_model]
+    an output layer may share (tied weights). Weights start ~ N(0, init_std**2), so that
+    the output entries start with unit variance; the row at padding_idx starts at zero
+    and receives no gradient.
 
-    Initialisation: weights ~ N(0, init_std**2), where init_std defaults to
-    d_model**-0.5 when scale=True and to 1.0 when scale=False, so that the output
-    entries start with unit variance either way. The row at padding_idx starts at zero
-    and receives no gradient. The table is `self.embedding` (an nn.Embedding), whose
-    `.weight` [vocab_size, d_model] an output layer may share (tied weights).
+    Args:
+        vocab_size: number of token ids, > 0.
+        d_model: size of each vector, > 0.
+        padding_idx: the id of padding, in [0, vocab_size), or None (default).
+        scale: multiply the looked-up vectors by sqrt(d_model) (default True).
+        init_std: standard deviation of the initial table, > 0; default
+            d_model**-0.5 with scale=True, 1.0 without.
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
 
     Defined in chapter 01, Embedding: from token ids to vectors (`chapters/01_embedding.ipynb`).
     """
@@ -32,22 +87,21 @@ class TokenEmbedding(nn.Module):
     def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None,
                  scale: bool = True, init_std: float | None = None):
         super().__init__()
-        _check_positive_int("vocab_size", vocab_size)
-        _check_positive_int("d_model", d_model)
+        _check_int("vocab_size", vocab_size)
+        _check_int("d_model", d_model)
         if padding_idx is not None and (
-            not isinstance(padding_idx, int) or isinstance(padding_idx, bool)
-            or not -vocab_size <= padding_idx < vocab_size
+            isinstance(padding_idx, bool) or not isinstance(padding_idx, int)
+            or not 0 <= padding_idx < vocab_size
         ):
             raise ValueError(
                 f"padding_idx must be None or an integer id in [0, {vocab_size - 1}] "
                 f"(vocab_size={vocab_size}), got {padding_idx!r}"
             )
+        _check_bool("scale", scale)
         if init_std is None:
             init_std = d_model ** -0.5 if scale else 1.0
-        if not isinstance(init_std, (int, float)) or isinstance(init_std, bool) or init_std <= 0:
-            raise ValueError(f"init_std must be a positive number, got {init_std!r}")
         self.vocab_size, self.d_model = vocab_size, d_model
-        self.init_std = float(init_std)
+        self.init_std = _check_float("init_std", init_std, 0.0, low_closed=False)
         # Created empty and filled once by reset_parameters (one random draw, like nn.Embedding's own).
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=padding_idx,
                                       _weight=torch.empty(vocab_size, d_model))
@@ -62,16 +116,20 @@ class TokenEmbedding(nn.Module):
                 self.embedding.weight[self.embedding.padding_idx].zero_()
 
     def forward(self, ids: Tensor) -> Tensor:
-        """ids [batch, seq] (integer) -> [batch, seq, d_model] (any leading shape works)."""
-        if not isinstance(ids, Tensor):
-            raise TypeError(f"ids must be a torch.Tensor of token ids, got {type(ids).__name__}")
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise TypeError(f"ids must be an integer tensor (token ids are labels), got dtype {ids.dtype}")
-        if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise IndexError(
-                f"ids must lie in [0, {self.vocab_size - 1}] (vocab_size={self.vocab_size}), "
-                f"got values in [{int(ids.min())}, {int(ids.max())}]"
-            )
+        """Look up the (scaled) vector of every id.
+
+        Args:
+            ids: integer token ids [batch, seq] (any shape [...] works).
+
+        Returns:
+            Vectors [batch, seq, d_model] ([..., d_model]), in the table's dtype.
+
+        Raises:
+            TypeError: ids is not an integer tensor.
+            IndexError: an id lies outside [0, vocab_size) (checked in eager mode).
+        """
+        _check_token_ids("ids", ids)
+        _check_id_range("ids", ids, self.vocab_size)
         return self.embedding(ids) * self.scale  # [..., d_model]
 
     def extra_repr(self) -> str:

@@ -5,16 +5,25 @@
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.embedding import _check_float, _check_int
+
 ACTIVATIONS = ("relu", "gelu")
 
 
 class FeedForward(nn.Module):
     """linear2(dropout(activation(linear1(x)))), applied to each position alone.
 
-    [batch, seq, d_model] -> [batch, seq, d_model] (any leading axes work: the same
-    weights are applied to every position). d_ff defaults to 4 * d_model (the paper).
-    activation: "relu" (the paper) or "gelu" (BERT, GPT). dropout acts on the
+    The same weights act on every position: any leading axes work. Dropout acts on the
     hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer.
+
+    Args:
+        d_model: size of the input and output vectors, > 0.
+        d_ff: size of the hidden layer, > 0 (default 4 * d_model, the paper's ratio).
+        dropout: dropout probability on the hidden activations, in [0, 1) (default 0.1).
+        activation: "relu" (the paper, default) or "gelu" (BERT, GPT).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
 
     Defined in chapter 06, Position-wise feed-forward network (`chapters/06_feedforward.ipynb`).
     """
@@ -23,14 +32,11 @@ class FeedForward(nn.Module):
         self, d_model: int, d_ff: int | None = None, dropout: float = 0.1, activation: str = "relu"
     ):
         super().__init__()
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        for name, v in (("d_model", d_model), ("d_ff", d_ff)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if activation not in ACTIVATIONS:
+        _check_int("d_model", d_model)
+        d_ff = 4 * d_model if d_ff is None else _check_int("d_ff", d_ff)
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        _check_float("dropout", dropout, 0.0, 1.0)
         self.d_model, self.d_ff, self.activation_name = d_model, d_ff, activation
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
@@ -38,11 +44,20 @@ class FeedForward(nn.Module):
         self.activation = F.relu if activation == "relu" else F.gelu
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: [batch, seq, d_model] -> [batch, seq, d_model]."""
-        if x.dim() < 1 or x.size(-1) != self.d_model:
-            raise ValueError(
-                f"x must have shape [..., d_model={self.d_model}], got {tuple(x.shape)}"
-            )
+        """Apply the two layers to every position.
+
+        Args:
+            x: [batch, seq, d_model] (any leading axes), floating point.
+
+        Returns:
+            [batch, seq, d_model], the same leading axes.
+
+        Raises:
+            ValueError: x's last axis is not d_model.
+        """
+        if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape [..., d_model={self.d_model}], got {got}")
         hidden = self.dropout(self.activation(self.linear1(x)))  # [batch, seq, d_ff]
         return self.linear2(hidden)  # [batch, seq, d_model]
 

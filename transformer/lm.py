@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F811 (lm.py's own import)
 from transformer.generation import eval_mode
 from transformer.text import next_token_labels, sequential_windows
 
@@ -20,29 +21,29 @@ class BigramLanguageModel(nn.Module):
     (token, next label) pairs of the training stream and p(b) is the add-one smoothed
     unigram over every token that may be a label (all but `<pad>` and `<bos>`).
     weight = 0 gives the unigram model. A token never seen as a context falls back on
-    the unigram.
+    the unigram. weight = 1, the bigram alone, is refused: it gives every pair it never
+    counted probability 0, and held-out text an infinite perplexity.
 
     Args:
         stream: the training ids [N] (from encode_stream).
         vocab_size: V.
-        weight: the bigram's share lambda in [0, 1] (default 0.5).
+        weight: the bigram's share lambda in [0, 1) (default 0.5).
 
     Raises:
         ValueError: stream is not a 1-D LongTensor of at least 2 ids inside the vocabulary,
-            or weight is not a number in [0, 1].
+            or weight is not a number in [0, 1).
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
 
     def __init__(self, stream: Tensor, vocab_size: int, weight: float = 0.5):
         super().__init__()
+        self.vocab_size = _check_int("vocab_size", vocab_size)
+        self.weight = _check_float("weight", weight, 0.0, 1.0)
         if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.dtype != torch.long or len(stream) < 2:
             raise ValueError("stream must be a 1-D LongTensor of at least 2 ids")
         if int(stream.min()) < 0 or int(stream.max()) >= vocab_size:
             raise ValueError(f"stream holds ids outside [0, {vocab_size - 1}] (vocab_size={vocab_size})")
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
-            raise ValueError(f"weight must be a number in [0, 1], got {weight!r}")
-        self.vocab_size, self.weight = vocab_size, float(weight)
         previous, labels = stream[:-1], next_token_labels(stream[1:])  # [N - 1] each
         keep = labels != PAD_ID
         previous, labels = previous[keep], labels[keep]
@@ -95,12 +96,6 @@ def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int =
 from transformer.generation import filter_logits
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
 def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              eos_id: int | None = EOS_ID, generator: torch.Generator | None = None,
@@ -139,16 +134,13 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
-    if not isinstance(prompt, Tensor) or prompt.is_floating_point() or prompt.dtype == torch.bool:
-        raise TypeError(f"prompt must be an integer tensor of token ids, got {prompt!r:.60}")
+    _check_token_ids("prompt", prompt)
     if prompt.dim() != 2 or prompt.numel() == 0:
         raise ValueError(f"prompt must be ids of shape [batch, P] with batch, P > 0, got {tuple(prompt.shape)}")
-    _check_positive_int("max_new_tokens", max_new_tokens)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-    for name, flag in (("greedy", greedy), ("use_cache", use_cache)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name} must be True or False, got {flag!r}")
+    _check_int("max_new_tokens", max_new_tokens)
+    _check_float("temperature", temperature, 0.0, low_closed=False)
+    _check_bool("greedy", greedy)
+    _check_bool("use_cache", use_cache)
     limit = getattr(model, "max_len", None)
     if limit is not None and prompt.size(1) + max_new_tokens > limit:
         raise ValueError(f"the prompt's {prompt.size(1)} ids plus max_new_tokens={max_new_tokens} "

@@ -5,34 +5,52 @@
 import torch
 from torch import Tensor
 
+from transformer.embedding import _check_int, _check_token_ids
+
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """Lower-triangular bool mask [1, 1, size, size]: query i may attend to keys 0..i.
+    """Lower-triangular bool mask: query i may attend to keys 0..i.
 
     True means "may attend" (torch.nn.MultiheadAttention uses the opposite convention).
-    Broadcasts against scores [batch, heads, size, size].
+
+    Args:
+        size: the sequence length, > 0.
+        device: where to build the mask (default: PyTorch's default device).
+
+    Returns:
+        Bool mask [1, 1, size, size], broadcasting against scores [batch, heads, size, size].
+
+    Raises:
+        ValueError: size is not a positive integer.
 
     Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
     """
-    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-        raise ValueError(f"size must be a positive integer, got {size!r}")
+    _check_int("size", size)
     position = torch.arange(size, device=device)
     mask = position[None, :] <= position[:, None]  # [size, size]: key j <= query i
     return mask.view(1, 1, size, size)
 
 
 def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
-    """Bool mask [batch, 1, 1, seq] from token ids [batch, seq]: True at real (non-pad) tokens.
+    """Bool mask that is True at real (non-pad) tokens: every query may attend to them.
 
-    True means "may attend": every query may attend to the real keys of its own sentence.
-    Broadcasts against scores [batch, heads, q_len, seq].
+    Args:
+        ids: integer token ids [batch, seq].
+        pad_id: the id of padding, >= 0 (default 0).
+
+    Returns:
+        Bool mask [batch, 1, 1, seq], broadcasting against scores [batch, heads, q_len, seq].
+
+    Raises:
+        TypeError: ids is not an integer tensor.
+        ValueError: ids is not [batch, seq], or pad_id is not a non-negative integer.
 
     Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
     """
+    _check_token_ids("ids", ids)
     if ids.dim() != 2:
         raise ValueError(f"ids must have shape [batch, seq], got {tuple(ids.shape)}")
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"ids must be an integer tensor of token ids, got dtype {ids.dtype}")
+    _check_int("pad_id", pad_id, 0)
     return (ids != pad_id)[:, None, None, :]
 
 
@@ -40,7 +58,17 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     """AND together bool masks by broadcasting; None means "no restriction".
 
     For example padding [B, 1, 1, T] & causal [1, 1, T, T] -> [B, 1, T, T]. True means
-    "may attend" in every input and in the result. Returns None if every mask is None.
+    "may attend" in every input and in the result.
+
+    Args:
+        *masks: bool tensors that broadcast together, or None.
+
+    Returns:
+        The combined bool mask, or None if every mask is None.
+
+    Raises:
+        TypeError: a mask is not a bool tensor.
+        ValueError: the masks do not broadcast together.
 
     Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
     """
@@ -48,10 +76,9 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     for i, m in enumerate(masks):
         if m is None:
             continue
-        if m.dtype != torch.bool:
-            raise TypeError(
-                f"masks must be bool tensors (True = may attend); mask {i} has dtype {m.dtype}"
-            )
+        if not isinstance(m, Tensor) or m.dtype != torch.bool:
+            got = f"has dtype {m.dtype}" if isinstance(m, Tensor) else f"is a {type(m).__name__}"
+            raise TypeError(f"masks must be bool tensors (True = may attend); mask {i} {got}")
         if result is None:
             result = m
             continue

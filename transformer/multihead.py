@@ -2,23 +2,29 @@
 """Multi-head attention: the code that chapter 05 builds."""
 
 # %% chapters/05_multihead_attention.ipynb, cell 11
+import torch
 from torch import Tensor
 
 
 def _check_attention_inputs(
-    d_model: int, query: Tensor, key: Tensor | None, value: Tensor | None
+    d_model: int, dtype: torch.dtype, query: Tensor, key: Tensor | None, value: Tensor | None
 ) -> None:
     """Raise a clear error unless query [B, Tq, d_model], key/value [B, Tk, d_model] fit.
 
-    key and value are None when they come from a cache (cross-attention in generation).
+    dtype is the module's weights' dtype, which the inputs must share. key and value are
+    None when they come from a cache (cross-attention in generation).
     """
     named = [("query", query), ("key", key), ("value", value)]
     for name, x in named:
         if x is None:
             continue
-        if x.dim() != 3 or x.size(-1) != d_model:
-            raise ValueError(
-                f"{name} must have shape [batch, len, d_model={d_model}], got {tuple(x.shape)}"
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
+        if x.dtype != dtype:
+            raise TypeError(
+                f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
+                f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
             )
     if key is None or value is None:
         return
@@ -34,10 +40,10 @@ def _check_attention_inputs(
         )
 
 # %% chapters/05_multihead_attention.ipynb, cell 13
-import torch
 from torch import nn
 
 from transformer.attention import scaled_dot_product_attention
+from transformer.embedding import _check_bool, _check_float, _check_int
 
 
 def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
@@ -53,27 +59,32 @@ def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """num_heads attention heads computed in parallel from fused projections.
 
-    forward(query [B, Tq, d_model], key [B, Tk, d_model], value [B, Tk, d_model], mask)
-    returns (output [B, Tq, d_model], weights [B, num_heads, Tq, Tk]).
-    mask: bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk]
-    (torch.nn.MultiheadAttention uses the opposite convention).
-    dropout is applied to the attention weights in training mode, as in
-    torch.nn.MultiheadAttention. d_model must be divisible by num_heads.
+    Masks are bool, True = may attend (torch.nn.MultiheadAttention uses the opposite
+    convention). Dropout acts on the attention weights in training mode only, as in
+    torch.nn.MultiheadAttention.
+
+    Args:
+        d_model: size of the input and output vectors, > 0, divisible by num_heads.
+        num_heads: number of heads h, > 0; each has d_head = d_model // h features.
+        dropout: dropout probability on the attention weights, in [0, 1) (default 0.0).
+        bias: give the four projections a bias (default True).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
 
     Defined in chapter 05, Multi-head attention (`chapters/05_multihead_attention.ipynb`).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        for name, v in (("d_model", d_model), ("num_heads", num_heads)):
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        _check_int("d_model", d_model)
+        _check_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        _check_float("dropout", dropout, 0.0, 1.0)
+        _check_bool("bias", bias)
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         # Each weight is h per-head matrices W_i [d_model, d_head] stacked side by side.
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -83,12 +94,26 @@ class MultiHeadAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """[B, T, d_model] -> [B, num_heads, T, d_head] (a view: no copy)."""
+        """Cut the last axis into heads: a view, no copy.
+
+        Args:
+            x: [B, T, d_model].
+
+        Returns:
+            [B, num_heads, T, d_head].
+        """
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.d_head).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """[B, num_heads, T, d_head] -> [B, T, d_model] (heads concatenated)."""
+        """Concatenate the heads again (the inverse of split_heads).
+
+        Args:
+            x: [B, num_heads, T, d_head].
+
+        Returns:
+            [B, T, d_model].
+        """
         b, _, t, _ = x.shape
         # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
@@ -100,6 +125,14 @@ class MultiHeadAttention(nn.Module):
         [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight). Otherwise three, one
         per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
         that chapter 10 can count the key projections with a forward hook on k_proj).
+
+        Args:
+            query: [B, Tq, d_model].
+            key: [B, Tk, d_model].
+            value: [B, Tk, d_model].
+
+        Returns:
+            q [B, Tq, d_model], k and v [B, Tk, d_model].
         """
         if query is key and key is value:
             qkv = _fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))  # [B, T, 3·d_model]
@@ -114,19 +147,38 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         cache: dict | None = None,
         static_kv: bool = False,
-    ) -> tuple[Tensor, Tensor]:
-        """query [B, Tq, d_model], key/value [B, Tk, d_model] -> (output, weights).
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from each query position to the key/value positions it may see.
 
-        output: [B, Tq, d_model]; weights: [B, num_heads, Tq, Tk] (after dropout).
-        mask: bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk].
-        cache (chapter 10): a dict; with static_kv and "k"/"v" already in it, they are
-        reused and key/value are not projected (may be None); otherwise the new keys
-        and values are projected and, unless static_kv, appended after the cached ones
-        along time. k and v ([B, num_heads, Tk, d_head]) are then stored in the cache.
+        Args:
+            query: [B, Tq, d_model].
+            key: [B, Tk, d_model] (None when static_kv reuses the cache).
+            value: [B, Tk, d_model] (None when static_kv reuses the cache).
+            mask: optional bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk].
+            cache: for generation (chapter 10), a dict; with static_kv and "k"/"v"
+                already in it, they are reused and key/value are not projected;
+                otherwise the new keys and values are projected and, unless static_kv,
+                appended after the cached ones along time. k and v
+                ([B, num_heads, Tk, d_head]) are then stored in the cache.
+            static_kv: the keys and values do not change between calls (cross-attention).
+            need_weights: return the attention weights (default True, as
+                torch.nn.MultiheadAttention). False runs the fused kernel of chapter 03
+                and returns None for them; the blocks of chapter 07 pass False. To read
+                the weights of a module inside a model, register a forward pre-hook
+                (with_kwargs=True) that sets kwargs["need_weights"] = True.
+
+        Returns:
+            output [B, Tq, d_model], and weights [B, num_heads, Tq, Tk] (after dropout)
+            or None.
+
+        Raises:
+            ValueError: a shape does not fit (named in the message).
+            TypeError: an input's dtype differs from the weights', or mask is not bool.
         """
         reuse = cache is not None and static_kv and "k" in cache
-        _check_attention_inputs(self.d_model, query, None if reuse else key,
-                                None if reuse else value)
+        _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
+                                None if reuse else key, None if reuse else value)
         if reuse:
             q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
@@ -138,7 +190,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             cache["k"], cache["v"] = k, v
         dropout_p = self.dropout.p if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
-        return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk]
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p,
+                                                    need_weights=need_weights)
+        return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
 
 __all__ = ["MultiHeadAttention"]

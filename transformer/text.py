@@ -64,6 +64,8 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
 # %% chapters/11_language_model.ipynb, cell 8
 import random
 
+from transformer.embedding import _check_float, _check_int
+
 
 class TextSplit(NamedTuple):
     """Disjoint train / valid / test lists of documents.
@@ -102,9 +104,8 @@ def split_documents(documents: list[Document], valid_fraction: float = 0.1,
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
-    for name, value in (("valid_fraction", valid_fraction), ("test_fraction", test_fraction)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
+    _check_float("valid_fraction", valid_fraction, 0.0, 1.0)  # chapter 01's shared checks
+    _check_float("test_fraction", test_fraction, 0.0, 1.0)
     n_valid, n_test = round(valid_fraction * len(documents)), round(test_fraction * len(documents))
     if n_valid + n_test >= len(documents):
         raise ValueError(f"valid_fraction={valid_fraction} and test_fraction={test_fraction} leave "
@@ -154,8 +155,7 @@ class CharVocab(Vocab):
         Raises:
             ValueError: min_count is not a positive integer.
         """
-        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
-            raise ValueError(f"min_count must be a positive integer, got {min_count!r}")
+        _check_int("min_count", min_count)
         counts = Counter(char for text in texts for char in text)
         kept = [char for char, n in counts.items() if n >= min_count]
         return cls(sorted(kept, key=lambda char: (-counts[char], char)))
@@ -259,8 +259,7 @@ def _check_windows(stream: Tensor, seq_len: int, need: int) -> None:
     if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.dtype != torch.long:
         got = f"{stream.dtype} {tuple(stream.shape)}" if isinstance(stream, Tensor) else type(stream).__name__
         raise ValueError(f"stream must be a 1-D LongTensor of ids [N], got {got}")
-    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    _check_int("seq_len", seq_len)
     if len(stream) < need:
         raise ValueError(f"stream holds {len(stream)} ids; a window of seq_len={seq_len} needs {need}")
 
@@ -286,8 +285,7 @@ def random_windows(stream: Tensor, batch_size: int, seq_len: int,
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
     _check_windows(stream, seq_len, seq_len + 1)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    _check_int("batch_size", batch_size)
     starts = torch.randint(0, len(stream) - seq_len, (batch_size,), generator=generator)  # [B]
     windows = stream[starts[:, None] + torch.arange(seq_len + 1)]  # [B, T + 1]
     return windows[:, :-1], next_token_labels(windows[:, 1:])

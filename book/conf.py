@@ -1,0 +1,181 @@
+"""Sphinx configuration of the book's website.
+
+Do not run Sphinx on this folder directly: `make site` (or `make book`) runs
+tools/website.py, which assembles the source tree in _build/site-src/ (the
+hand-written pages of book/, the chapter notebooks prepared for reading, the
+generated chapter map and API pages) and builds it with this configuration
+into _build/html/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the package, for autodoc
+sys.path.insert(0, str(ROOT / "tools"))
+
+from docstrings import plain_text_to_rest  # noqa: E402
+
+# Sphinx rebuilds pages when their sources or the config values change, not when the
+# code that renders them does: this fingerprint of that code is a config value, so
+# editing this file or the site's tools rebuilds every page.
+book_code = hashlib.sha256(b"".join(
+    path.read_bytes() for path in (Path(__file__), ROOT / "tools" / "docstrings.py",
+                                   ROOT / "tools" / "website.py"))).hexdigest()
+
+project = "Building a Transformer, step by step"
+author = "the authors of the book"
+copyright = "the authors of the book, MIT licence"  # noqa: A001
+language = "en"
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+]
+
+# --- sources -------------------------------------------------------------------
+exclude_patterns = ["_generated/**", "**.ipynb_checkpoints"]
+# Notebooks are rendered from their stored outputs: `make book` executes them in
+# fresh kernels before Sphinx runs, `make site` uses the committed outputs.
+nb_execution_mode = "off"
+nb_merge_streams = True
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_dmath_double_inline = True  # $$...$$ inside a paragraph (chapters 07, 08)
+myst_heading_anchors = 3
+suppress_warnings = ["mystnb.unknown_mime_type"]
+
+# --- HTML ----------------------------------------------------------------------
+html_theme = "sphinx_book_theme"
+html_title = "Building a Transformer"
+html_static_path = ["_static"]
+html_css_files = ["book.css"]
+html_sourcelink_suffix = ""  # the download button offers NN_name.ipynb itself
+html_last_updated_fmt = None
+html_permalinks_icon = "#"
+html_theme_options = {
+    "home_page_in_toc": True,
+    "show_toc_level": 2,
+    "use_download_button": True,
+    "use_fullscreen_button": False,
+    "use_repository_button": False,
+    "use_issues_button": False,
+    "use_edit_page_button": False,
+    "show_prev_next": True,
+    "navigation_with_keys": False,
+    # No icon links, no analytics, no version switcher: nothing that points off the site.
+    "icon_links": [],
+}
+html_context = {"default_mode": "auto"}  # light or dark from the reader's system; a toggle
+html_copy_source = True
+# Search works from file:// (searchindex.js is a script), but the snippet under each
+# result is fetched from the result's page, which a browser refuses on file://.
+html_show_search_summary = False
+html_show_sourcelink = False
+
+# --- math: MathJax 3 from _static/mathjax, never a CDN ---------------------------
+# The files come from the pinned package sphinx-mathjax-offline (MathJax 3.2.2); its
+# own extension would copy all 24 MB, including loaders that point at a CDN, so
+# copy_mathjax below copies what this site can use (~10 MB).
+mathjax_path = "mathjax/tex-chtml.js"
+MATHJAX_PARTS = ["tex-chtml.js", "input", "output", "ui", "a11y", "sre", "adaptors"]
+mathjax3_config = {
+    "tex": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]]},
+    "options": {"processHtmlClass": "tex2jax_process|mathjax_process|math|output_area"},
+}
+
+# --- API reference -------------------------------------------------------------
+autodoc_member_order = "bysource"
+autodoc_inherit_docstrings = False  # torch's own docstrings (forward, extra_repr) stay out
+autodoc_typehints = "signature"
+autodoc_class_signature = "mixed"
+add_module_names = False
+python_display_short_literal_types = True
+
+
+
+DEFINED_IN = re.compile(
+    r"^Defined in chapter (\d+), (.+?) \(`chapters/([0-9a-z_]+)\.ipynb`\)\.[ \t]*$", re.M)
+
+
+def _chapter_line(number: int, title: str, stem: str) -> str:
+    title = re.sub(r"[`<>\\]", "", title)
+    return f"Defined in chapter {number:02d}, :doc:`{title} </chapters/{stem}>`."
+
+
+def _is_type_docstring(obj, text: str) -> bool:
+    doc = type(obj).__doc__
+    return bool(doc) and " ".join(inspect.cleandoc(doc).split()) == " ".join(text.split())
+
+
+def process_docstring(app, what, name, obj, options, lines):
+    """Render the package's plain-text docstrings safely, and link each to its chapter.
+
+    The docstrings are plain text (`|y|`, `<pad>`, `**2`, `[B, T]`), written to be
+    read with help(); reST would read some of that as markup. plain_text_to_rest
+    (tools/docstrings.py) escapes it, turns `code` into inline literals and keeps
+    the author's line breaks. The line "Defined in chapter NN, Title
+    (`chapters/NN_name.ipynb`)." that the exporter stamps on each symbol becomes a
+    link to the chapter's page; a constant, which has no docstring of its own, gets
+    that line from the chapter map.
+    """
+    if not name.startswith("transformer."):
+        return
+    text = "\n".join(lines)
+    if what == "data" and _is_type_docstring(obj, text):
+        text = ""  # a constant has no docstring; autodoc shows its type's (int, dict, Path)
+    home = None
+    found = DEFINED_IN.search(text)
+    if found:
+        home = (int(found.group(1)), found.group(2), found.group(3))
+        text = DEFINED_IN.sub("", text)
+    elif what == "data" and name.count(".") == 2:  # transformer.MODULE.NAME
+        home = app.config.book_symbol_chapters.get(name.rsplit(".", 1)[-1])
+    rest = plain_text_to_rest(text) if text.strip() else ""
+    if home:
+        rest += ("\n" if rest else "") + _chapter_line(*home) + "\n"
+    lines[:] = rest.splitlines()
+
+
+def read_generated(app, config):
+    """What tools/website.py derived from the chapters: symbol -> chapter, and the CSS
+    that labels exported cells with their module."""
+    generated = Path(app.srcdir) / "_generated"
+    symbols = generated / "symbols.json"
+    if symbols.exists():
+        config.book_symbol_chapters = json.loads(symbols.read_text(encoding="utf-8"))
+    config.html_static_path.append(str(generated / "static"))
+    config.html_css_files.append("exports.css")
+
+
+def copy_mathjax(app, exception):
+    """Copy MathJax's tex-chtml bundle and the components it loads into _static/mathjax."""
+    if exception is not None or app.builder.format != "html":
+        return
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("MathJax not found: pip install sphinx-mathjax-offline (make install)")
+    source = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
+    target = Path(app.outdir) / "_static" / "mathjax"
+    for part in MATHJAX_PARTS:
+        if (source / part).is_dir():
+            shutil.copytree(source / part, target / part, dirs_exist_ok=True)
+        else:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / part, target / part)
+
+
+def setup(app):
+    app.add_config_value("book_symbol_chapters", {}, "env")
+    app.add_config_value("book_code", "", "env")
+    app.connect("build-finished", copy_mathjax)
+    app.connect("config-inited", read_generated)
+    app.connect("autodoc-process-docstring", process_docstring)

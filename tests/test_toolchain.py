@@ -1,0 +1,86 @@
+"""The model with PyTorch's toolchain (issue 11, item 3): torch.export (static and dynamic
+shapes), torch.compile(fullgraph=True) as one graph, and the eager id-range check kept."""
+
+import pytest
+import torch
+from torch.export import Dim
+
+from transformer.model import Transformer
+
+V = 29
+
+
+@pytest.fixture(scope="module")
+def model() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                       d_ff=24, max_len=40, tie_output=True).eval()
+
+
+def ids(batch: int, length: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randint(3, V, (batch, length), generator=g)
+    out[0, -2:] = 0  # some padding
+    return out
+
+
+def test_export_static_shapes_matches_eager(model):
+    src, tgt = ids(2, 7, 1), ids(2, 5, 2)
+    program = torch.export.export(model, (src, tgt))
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(src, tgt), model(src, tgt), atol=1e-6, rtol=0)
+
+
+def test_export_dynamic_batch_and_lengths_matches_eager(model):
+    batch, src_len, tgt_len = Dim("batch", max=64), Dim("src_len", max=40), Dim("tgt_len", max=40)
+    program = torch.export.export(
+        model, (ids(3, 9, 1), ids(3, 6, 2)),
+        dynamic_shapes={"src": {0: batch, 1: src_len}, "tgt": {0: batch, 1: tgt_len}})
+    run = program.module()
+    for b, s, t in [(2, 5, 4), (5, 11, 13), (3, 40, 40), (4, 2, 7)]:
+        src, tgt = ids(b, s, b + s), ids(b, t, t)
+        with torch.no_grad():
+            torch.testing.assert_close(run(src, tgt), model(src, tgt), atol=1e-5, rtol=0)
+
+
+def test_compile_fullgraph_is_one_graph_and_matches_eager(model):
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward  # run the captured graph as it is (no code generation: cheap)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counting_backend, fullgraph=True, dynamic=False)
+    src, tgt = ids(2, 7, 3), ids(2, 5, 4)
+    with torch.no_grad():
+        out = compiled(src, tgt)
+        torch.testing.assert_close(out, model(src, tgt), atol=1e-5, rtol=0)
+    assert len(graphs) == 1
+
+
+def test_compile_fullgraph_forward_and_backward_through_aot_autograd():
+    """Training mode, through AOT autograd (what inductor compiles, minus code generation,
+    which costs tens of seconds per graph here): outputs and gradients within 1e-5."""
+    torch._dynamo.reset()
+    torch.manual_seed(1)
+    trained = Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                          d_ff=24, max_len=40, dropout=0.0).train()
+    compiled = torch.compile(trained, backend="aot_eager", fullgraph=True)
+    src, tgt = ids(2, 7, 5), ids(2, 5, 6)
+    out = compiled(src, tgt)
+    want = trained(src, tgt)
+    torch.testing.assert_close(out, want, atol=1e-5, rtol=0)
+    out.square().mean().backward()
+    compiled_grads = [p.grad.clone() for p in trained.parameters()]
+    trained.zero_grad()
+    want.square().mean().backward()
+    for got, expected in zip(compiled_grads, (p.grad for p in trained.parameters()), strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_eager_mode_still_checks_the_id_range(model):
+    with pytest.raises(IndexError, match=r"tgt must lie in \[0, 28\]"):
+        model(ids(2, 5, 1), ids(2, 4, 2) + V)
+    with pytest.raises(IndexError, match=r"src must lie in \[0, 28\]"):
+        model.encode(ids(2, 5, 1) - 10)

@@ -1,0 +1,550 @@
+"""Build the book's website from executed chapter notebooks (Sphinx + MyST-NB).
+
+    python tools/website.py [--notebooks DIR] [--clean]
+
+DIR holds executed NN_name.ipynb files (default: the committed chapters/, whose
+outputs are stored; `make book` passes the copies it has just executed). Nothing
+is executed here and no notebook in DIR is changed.
+
+The Sphinx source tree is assembled in _build/site-src/ from:
+- book/: the hand-written pages (landing page, sources, glossary, teachers) and
+  conf.py, the site's configuration;
+- each chapter, prepared for reading (`reading_copy`): directive lines removed
+  and marked quietly, each exercise shown as the student's stub with the
+  solution folded under it, and a note linking the chapter to its API pages;
+- generated pages: the chapter map of the landing page, one API page per module
+  and the API index, all derived from chapters/ and the package, so that a new
+  chapter appears on the site without editing any configuration.
+
+Files are rewritten only when their content changes, so that Sphinx rebuilds only
+what changed. The site is written to _build/html/ (open _build/html/index.html);
+the download button of a chapter offers the notebook as executed (with its
+directives), not the reading copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from exercises import strip_solutions  # noqa: E402
+from export import public_names  # noqa: E402
+from notebooks import (  # noqa: E402
+    BEGIN_SOLUTION,
+    CHAPTERS,
+    END_SOLUTION,
+    PACKAGE,
+    ROOT,
+    Chapter,
+    directive,
+    read_book,
+    solution_regions,
+)
+
+BOOK = ROOT / "book"
+BUILD = ROOT / "_build"  # the reader's site: _build/html/
+GENERATED = "_generated"  # inside the source tree: included by pages, not pages themselves
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where one build of the site lives: its source tree, its HTML, Sphinx's cache."""
+
+    root: Path = BUILD
+
+    @property
+    def src(self) -> Path:
+        return self.root / "site-src"
+
+    @property
+    def html(self) -> Path:
+        return self.root / "html"
+
+    @property
+    def doctrees(self) -> Path:
+        return self.root / "doctrees"
+
+
+HTML = Site().html
+
+SOLUTION_PROMPTS = {"code_prompt_show": "Show a solution", "code_prompt_hide": "Hide the solution"}
+
+
+# --- what each chapter exports ---------------------------------------------------
+
+@dataclass
+class Export:
+    module: str
+    kinds: dict[str, str]  # public name -> "function", "class" or "data", in definition order
+    summaries: dict[str, str]  # public name -> first line of its docstring ("" for a constant)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.kinds)
+
+
+def _kind(node: ast.AST) -> str:
+    if isinstance(node, ast.ClassDef):
+        return "class"
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return "function"
+    return "data"
+
+
+def chapter_exports(chapter: Chapter) -> list[Export]:
+    """The modules a chapter writes and the public names it defines in each, in order."""
+    exports = {m: Export(m, {}, {}) for m in chapter.modules}
+    for module, _, source in chapter.exports:
+        for name, node in public_names(ast.parse(source)):
+            if name not in exports[module].kinds:
+                exports[module].kinds[name] = _kind(node)
+                doc = "" if _kind(node) == "data" else (ast.get_docstring(node) or "")
+                exports[module].summaries[name] = doc.strip().split("\n")[0]
+    return list(exports.values())
+
+
+def markdown_text(text: str) -> str:
+    """Plain text -> MyST inline text that shows it as written; `code` stays code."""
+    parts = re.split(r"(`[^`]+`)", text)
+    return "".join(part if part.startswith("`") and part.endswith("`") and len(part) > 1
+                   else re.sub(r"([\\`*_{}\[\]<>()#+\-.!|$~])", r"\\\1", part)
+                   for part in parts)
+
+
+def package_names() -> list[str]:
+    """transformer.__all__, read from the generated __init__.py without importing torch."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    raise SystemExit("transformer/__init__.py has no __all__; run `make export`")
+
+
+def symbol_chapters(chapters: list[Chapter]) -> dict[str, tuple[int, str, str]]:
+    """name -> (chapter number, chapter title, chapter file stem) for every exported name."""
+    return {name: (c.number, c.title, c.name)
+            for c in chapters for e in chapter_exports(c) for name in e.names}
+
+
+# --- the reading copy of a chapter -----------------------------------------------
+
+def _tag(cell: nbformat.NotebookNode, *tags: str) -> None:
+    existing = cell.metadata.setdefault("tags", [])
+    existing.extend(t for t in tags if t not in existing)
+
+
+def _without_markers(source: str) -> str:
+    return "\n".join(line for line in source.splitlines()
+                     if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
+
+
+def package_note(chapter: Chapter) -> str:
+    """The markdown note under a chapter's title: what it adds to the package, linked."""
+    parts = []
+    for export in chapter_exports(chapter):
+        names = ", ".join(f"{{py:obj}}`~transformer.{export.module}.{n}`" for n in export.names)
+        parts.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`)"
+                     + (f": {names}" if names else ""))
+    if not parts:
+        return ""
+    return ("```{admonition} In the package\n:class: tip package-note\n"
+            + "This chapter writes " + "; and ".join(parts) + ".\n"
+            "Cells marked *exported* go into the package; the others explain, trace and check.\n"
+            "```")
+
+
+def reading_copy(chapter: Chapter) -> nbformat.NotebookNode:
+    """The notebook as the site shows it; the chapter's own notebook is not changed.
+
+    - `#| default_exp` lines are dropped (a cell left empty is removed); the first
+      line `#| export [MODULE]` is dropped and the cell tagged `export-MODULE`, which
+      the site's stylesheet labels quietly; `#| check NAME` likewise, tag `check`;
+    - an exercise cell is shown as the student sees it (the solution replaced by
+      `raise NotImplementedError`), followed by the full solution, folded
+      (`hide-input`), so that a reader tries first;
+    - a note under the title links the chapter to the API pages of its modules.
+    """
+    notebook = copy.deepcopy(chapter.notebook)
+    cells = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            cells.append(cell)
+            continue
+        lines = cell.source.splitlines()
+        kept = [line for line in lines
+                if not ((found := directive(line)) and found[0] == "default_exp")]
+        first = directive(kept[0]) if kept else None
+        if first and first[0] == "export":
+            kept = kept[1:]
+            _tag(cell, "export-" + (first[1] or chapter.default_module or "package"))
+        elif first and first[0] == "check":
+            kept = kept[1:]
+            _tag(cell, "check")
+        cell.source = "\n".join(kept).strip("\n")
+        if not cell.source.strip():
+            if cell.get("outputs"):
+                _tag(cell, "remove-input")
+            else:
+                continue
+        if solution_regions(cell.source):
+            stub = nbformat.v4.new_code_cell(strip_solutions(cell.source))
+            _tag(stub, "exercise")
+            cells.append(stub)
+            cell.source = _without_markers(cell.source)
+            _tag(cell, "hide-input", "solution")
+            cell.metadata["mystnb"] = dict(SOLUTION_PROMPTS)
+        cells.append(cell)
+    note = package_note(chapter)
+    if note:
+        first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
+        cells.insert(first_markdown + 1, nbformat.v4.new_markdown_cell(note))
+    for cell in cells:
+        cell.pop("id", None)
+    notebook.cells = cells
+    notebook.nbformat, notebook.nbformat_minor = 4, 4  # cells without ids, as in 4.4
+    return notebook
+
+
+# --- generated pages -------------------------------------------------------------
+
+def _names(export: Export) -> str:
+    """The names a module exports, each linked to its API entry."""
+    return ", ".join(f"{{py:obj}}`~transformer.{export.module}.{n}`" for n in export.names)
+
+
+def module_label(module: str) -> str:
+    return "python -m transformer" if module == "__main__" else f"transformer.{module}"
+
+
+def chapter_map(chapters: list[Chapter]) -> str:
+    """The landing page's table: every chapter and what it adds to the package."""
+    rows = [":::{table}", ":class: chapter-map", "", "| # | Chapter | What it adds to the package |",
+            "|---|---|---|"]
+    for chapter in chapters:
+        adds = "<br>".join(
+            f"{{doc}}`{module_label(e.module)} </api/{e.module}>`"
+            + (": " + _names(e) if e.names else "")
+            for e in chapter_exports(chapter))
+        rows.append(f"| {chapter.number:02d} | {{doc}}`{chapter.title} </chapters/{chapter.name}>` "
+                    f"| {adds or '–'} |")
+    return "\n".join(rows + [":::", ""])
+
+
+def api_module_page(export: Export, chapter: Chapter, public: list[str]) -> str:
+    """One module's page: its chapter, then each public name documented by autodoc."""
+    names = export.names
+    shared = [n for n in names if n in public]
+    lines = [
+        f"# {module_label(export.module)}", "",
+        f"Built in chapter {chapter.number:02d}, "
+        f"{{doc}}`{chapter.title} </chapters/{chapter.name}>`, which explains and tests "
+        "every name below.", "",
+    ]
+    if shared:
+        lines += [f"Import them from the package itself, as in "
+                  f"`from transformer import {shared[0]}`"
+                  + ("." if len(shared) == len(names) else
+                     f", or from `transformer.{export.module}` for those it does not re-export."),
+                  ""]
+    else:
+        lines += [f"Import from `transformer.{export.module}`.", ""]
+    lines += ["```{eval-rst}", f".. module:: transformer.{export.module}", ""]
+    for name in names:
+        kind = export.kinds[name]
+        lines.append(f".. auto{kind}:: transformer.{export.module}.{name}")
+        if kind == "class":
+            lines += ["   :members:", "   :show-inheritance:"]
+        lines.append("")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def api_pages(chapters: list[Chapter]) -> dict[str, str]:
+    """api/index.md (every name of transformer.__all__) and one page per module."""
+    public = package_names()
+    pages: dict[str, str] = {}
+    index = [
+        "# API reference", "",
+        "Every public name of the package, in the order in which the book builds it, "
+        "module by module. Each name links to its documentation; each module page links "
+        "back to the chapter that explains it. All names are importable from `transformer` "
+        "itself unless marked *module only*.", "",
+        "```{toctree}", ":hidden:", "",
+    ]
+    tables = []
+    for chapter in chapters:
+        for export in chapter_exports(chapter):
+            index.append(export.module)
+            pages[f"api/{export.module}.md"] = api_module_page(export, chapter, public)
+            tables += [
+                f"## {module_label(export.module)}", "",
+                f"Module page: {{doc}}`{module_label(export.module)} </api/{export.module}>`; "
+                f"built in chapter {chapter.number:02d}, "
+                f"{{doc}}`{chapter.title} </chapters/{chapter.name}>`.", "",
+                "| Name | What it is |", "|---|---|",
+            ]
+            for n in export.names:
+                summary = markdown_text(export.summaries[n]) or "a constant"
+                if n not in public:
+                    summary += " (*module only*)"
+                tables.append(f"| {{py:obj}}`~transformer.{export.module}.{n}` | {summary} |")
+            tables.append("")
+    index += ["```", ""] + tables
+    pages["api/index.md"] = "\n".join(index)
+    return pages
+
+
+def export_styles(chapters: list[Chapter]) -> str:
+    """CSS that labels each exported cell with the module it goes to."""
+    rules = []
+    for chapter in chapters:
+        for module in chapter.modules:
+            rules.append(f'div.cell.tag_export-{module} > .cell_input::before '
+                         f'{{ content: "exported to transformer/{module}.py"; }}')
+    return "\n".join(rules) + "\n"
+
+
+# --- assembling the source tree and building -------------------------------------
+
+def write_if_changed(path: Path, data: bytes | str) -> bool:
+    data = data.encode("utf-8") if isinstance(data, str) else data
+    if path.exists() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return True
+
+
+def navigation_signature(wanted: dict[Path, bytes | str], src: Path) -> str:
+    """What every page's sidebar and prev/next links depend on: the pages and their titles."""
+    digest = hashlib.sha256()
+    for path in sorted(wanted):
+        digest.update(path.relative_to(src).as_posix().encode() + b"\n")
+        data = wanted[path]
+        data = data.encode("utf-8") if isinstance(data, str) else data
+        if path.name == "chapter_map.md":  # the chapters' titles and exports
+            digest.update(data)
+        elif path.suffix == ".md":  # a page's title is its first line
+            digest.update(data.split(b"\n", 1)[0])
+    return digest.hexdigest()
+
+
+def assemble(chapters: list[Chapter], site: Site = Site()) -> tuple[int, str]:
+    """Write the Sphinx source tree; return (files changed, navigation signature)."""
+    src = site.src
+    wanted: dict[Path, bytes | str] = {}
+    for path in BOOK.rglob("*"):
+        relative = path.relative_to(BOOK)
+        if path.is_file() and path.name != "conf.py" and relative.parts[0] != "_static" \
+                and "__pycache__" not in relative.parts:
+            wanted[src / relative] = path.read_bytes()
+    for chapter in chapters:
+        wanted[src / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(reading_copy(chapter))
+    for name, text in api_pages(chapters).items():
+        wanted[src / name] = text
+    wanted[src / GENERATED / "chapter_map.md"] = chapter_map(chapters)
+    wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
+    wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters)
+    before = {p for p in src.rglob("*") if p.is_file()} if src.exists() else set()
+    changed = sum(write_if_changed(path, data) for path, data in wanted.items())
+    for path in sorted(before - set(wanted)):
+        path.unlink()
+        changed += 1
+    for path in sorted((p for p in src.rglob("*") if p.is_dir()), reverse=True):
+        if not any(path.iterdir()):
+            path.rmdir()
+    return changed, navigation_signature(wanted, src)
+
+
+def sphinx_build(site: Site, quiet: bool = True, write_all: bool = False) -> int:
+    """Sphinx, warnings as errors (all reported, then the build fails)."""
+    from sphinx.cmd.build import build_main
+
+    args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(site.doctrees),
+            str(site.src), str(site.html)]
+    return build_main((["-q"] if quiet else []) + (["-a"] if write_all else []) + args)
+
+
+def offer_notebooks(chapters: list[Chapter], site: Site) -> None:
+    """The download button offers each chapter as executed, directives included."""
+    for chapter in chapters:
+        target = site.html / "_sources" / "chapters" / f"{chapter.name}.ipynb"
+        if target.parent.exists():
+            shutil.copyfile(chapter.path, target)
+
+
+def _parse_cell(source: str) -> ast.Module | None:
+    source = "\n".join(line for line in source.splitlines()
+                       if not line.lstrip().startswith(("%", "!")))
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def bound_names(tree: ast.AST, keep: set[str] = frozenset()) -> set[str]:
+    """Every name a cell binds, in any scope: variables, parameters, loop targets,
+    functions and classes (but those in `keep`, the cell's exported definitions)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer")):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names - keep
+
+
+def cell_shadows(notebook: nbformat.NotebookNode) -> tuple[set[str], list[set[str]]]:
+    """For linking a chapter's code to the package: the names that any cell binds at
+    module level (they shadow the package's for the cells after), and, per code cell,
+    every name it binds (a local `train` is not the package's `train`). A cell's own
+    exported public definitions are the package's, so they do not count."""
+    chapter_wide: set[str] = set()
+    per_cell: list[set[str]] = []
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        tree = _parse_cell(cell.source)
+        if tree is None:
+            per_cell.append(set())
+            continue
+        exported = {name for name, _ in public_names(tree)} if any(
+            t.startswith("export-") for t in cell.metadata.get("tags", [])) else set()
+        per_cell.append(bound_names(tree, keep=exported))
+        top = ast.Module(body=[n for n in tree.body if not isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))], type_ignores=[])
+        chapter_wide |= {n.id for n in ast.walk(top)
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} - exported
+        chapter_wide |= {n.name for n in tree.body if isinstance(
+            n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} - exported
+    return chapter_wide, per_cell
+
+
+LINKED = "<!-- package names linked -->"
+NAME_SPAN = re.compile(r'(?<!<span class="o">\.</span>)<span class="n">(\w+)</span>')
+
+
+CELL_START = re.compile(r'<div class="cell[ "]')
+HIGHLIGHT = re.compile(r'<div class="highlight"><pre>.*?</pre></div>', re.S)
+
+
+def link_package_names(chapters: list[Chapter], site: Site) -> int:
+    """In the code of every chapter page, link each name of the package to its API entry.
+
+    Pygments marks a plain name as <span class="n">; one that follows a dot (an
+    attribute, `model.train`) is left alone, and so is a name that the cell binds
+    itself or that the chapter rebinds (`train, valid, test = ...`): see
+    cell_shadows. A page is done once (marked); Sphinx writes it anew when its
+    source changes. This is the part of sphinx-codeautolink that the book needs, at
+    a fraction of its cost (it doubled the build time).
+    """
+    targets = {name: f"../api/{e.module}.html#transformer.{e.module}.{name}"
+               for c in chapters for e in chapter_exports(c) for name in e.names}
+    linked = 0
+
+    def linker(skip: set[str]):
+        def link(match: re.Match) -> str:
+            nonlocal linked
+            name = match.group(1)
+            if name not in targets or name in skip:
+                return match.group(0)
+            linked += 1
+            return (f'<a class="api-link" href="{targets[name]}" title="transformer.{name}">'
+                    f'{match.group(0)}</a>')
+        return lambda block: NAME_SPAN.sub(link, block.group(0))
+
+    for chapter in chapters:
+        page = site.html / "chapters" / f"{chapter.name}.html"
+        source = site.src / "chapters" / f"{chapter.name}.ipynb"
+        if not page.exists() or not source.exists():
+            continue
+        text = page.read_text(encoding="utf-8")
+        if LINKED in text:
+            continue
+        chapter_wide, per_cell = cell_shadows(nbformat.read(source, as_version=4))
+        starts = [m.start() for m in CELL_START.finditer(text)]
+        pieces = [text[: starts[0] if starts else len(text)]]
+        pieces[0] = HIGHLIGHT.sub(linker(chapter_wide), pieces[0])  # code in the prose
+        for k, start in enumerate(starts):
+            end = starts[k + 1] if k + 1 < len(starts) else len(text)
+            own = per_cell[k] if k < len(per_cell) else set()
+            pieces.append(HIGHLIGHT.sub(linker(chapter_wide | own), text[start:end]))
+        page.write_text("".join(pieces).replace("</body>", LINKED + "\n</body>", 1),
+                        encoding="utf-8")
+    return linked
+
+
+def remove_stale_pages(site: Site) -> None:
+    """Delete the HTML of pages whose source is gone (Sphinx leaves it behind)."""
+    documents = {p.relative_to(site.src).with_suffix(".html") for p in site.src.rglob("*")
+                 if p.suffix in (".md", ".ipynb") and GENERATED not in p.parts}
+    special = {Path("genindex.html"), Path("search.html"), Path("py-modindex.html")}
+    for page in site.html.rglob("*.html"):
+        relative = page.relative_to(site.html)
+        if relative.parts[0] not in ("_static", "_sources") and relative not in documents | special:
+            page.unlink()
+
+
+def build(notebooks: Path = CHAPTERS, site: Site = Site(), clean: bool = False,
+          quiet: bool = True) -> int:
+    """Assemble and build the site from the notebooks in `notebooks`; return Sphinx's status."""
+    start = time.perf_counter()
+    if clean:
+        for path in (site.src, site.html, site.doctrees):
+            shutil.rmtree(path, ignore_errors=True)
+    chapters = read_book(notebooks)
+    if not chapters:
+        raise SystemExit(f"no chapter notebooks in {notebooks}")
+    changed, navigation = assemble(chapters, site)
+    # Sphinx re-renders only the pages whose source changed; when a page comes or goes
+    # or a title changes, every page's sidebar and prev/next links change, so all are
+    # written again. The signature of the last good build is kept beside the HTML.
+    stamp = site.html / ".navigation"
+    fresh = stamp.exists() and stamp.read_text() == navigation
+    status = sphinx_build(site, quiet=quiet, write_all=not fresh)
+    if status == 0:
+        stamp.write_text(navigation)
+        remove_stale_pages(site)
+        link_package_names(chapters, site)
+        offer_notebooks(chapters, site)
+        pages = sum(1 for _ in site.html.rglob("*.html"))
+        index = site.html / "index.html"
+        print(f"site: {len(chapters)} chapters, {pages} pages, {changed} source files changed, "
+              f"{time.perf_counter() - start:.1f} s; open "
+              f"{index.relative_to(ROOT) if index.is_relative_to(ROOT) else index}")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--notebooks", type=Path, default=CHAPTERS,
+                        help="folder of executed NN_name.ipynb files (default: chapters/)")
+    parser.add_argument("--clean", action="store_true", help="rebuild everything")
+    parser.add_argument("--out", type=Path, default=BUILD,
+                        help="build folder: html/, site-src/, doctrees/ (default: _build/)")
+    parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
+    args = parser.parse_args(argv)
+    return build(args.notebooks.resolve(), Site(args.out.resolve()), clean=args.clean,
+                 quiet=not args.verbose)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
