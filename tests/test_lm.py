@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.lm import BigramLanguageModel, continue_poems, generate, perplexity
+from transformer.lm import BigramLanguageModel, LanguageModel, continue_poems, generate, perplexity
 from transformer.text import CharVocab, encode_stream
 
 
@@ -172,3 +172,93 @@ def test_continue_poems_keeps_only_complete_lines(vocab, stream):
         assert all(line and "\n" not in line for line in lines)
     # With 3 tokens there is no room for a whole line: nothing complete is returned.
     assert continue_poems(model, ["床前明月光，疑是地上霜。"], vocab, max_new_tokens=3, greedy=True) == [[]]
+
+
+# --- the decoder-only language model ---------------------------------------------------
+
+def small_lm(**kwargs):
+    torch.manual_seed(0)
+    config = dict(vocab_size=30, d_model=16, num_heads=2, num_layers=2, d_ff=24, dropout=0.0, max_len=40)
+    return LanguageModel(**(config | kwargs)).eval()
+
+
+def test_lm_shapes_tied_weights_and_no_cross_attention():
+    model = small_lm()
+    ids = torch.randint(4, 30, (3, 7))
+    assert model(ids).shape == (3, 7, 30)
+    assert model.generator.weight is model.embed.embedding.weight
+    assert all(layer.cross_attn is None for layer in model.decoder.layers)
+    untied = small_lm(tie_output=False)
+    assert sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in model.parameters()) == 30 * 16
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_lm_has_no_future_leak(norm_first):
+    model = small_lm(norm_first=norm_first)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        ids = torch.randint(4, 30, (2, 12), generator=g)
+        t = int(torch.randint(0, 12, (1,), generator=g))
+        changed = ids.clone()
+        changed[:, t] = (changed[:, t] + 1 - 4) % 26 + 4
+        torch.testing.assert_close(model(ids)[:, :t], model(changed)[:, :t], atol=0, rtol=0)
+
+
+def test_lm_kv_cache_gives_the_logits_of_a_full_pass():
+    model = small_lm()
+    ids = torch.randint(4, 30, (2, 11))
+    full = model(ids)  # [2, 11, V]
+    caches = [{} for _ in model.decoder.layers]
+    pieces = [model(ids[:, :4], caches)]  # a prompt of 4, a chunk of 3, then one token at a time
+    pieces.append(model(ids[:, 4:7], caches, start=4))
+    for t in range(7, 11):
+        pieces.append(model(ids[:, t:t + 1], caches, start=t))
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+    assert all(cache["self"]["k"].shape == (2, 2, 11, 8) for cache in caches)
+
+
+def test_generate_with_and_without_cache_write_the_same_tokens():
+    model = small_lm()
+    prompt = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8]])
+    for kwargs in (dict(greedy=True), dict(temperature=0.7, top_p=0.9)):
+        a = generate(model, prompt, 20, use_cache=True, generator=torch.Generator().manual_seed(2), **kwargs)
+        b = generate(model, prompt, 20, use_cache=False, generator=torch.Generator().manual_seed(2), **kwargs)
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="max_len"):
+        generate(model, prompt, 38)
+
+
+def test_lm_save_and_load_round_trip(tmp_path):
+    model = small_lm(norm_first=False, activation="relu")
+    with torch.no_grad():
+        model.generator.bias.normal_()
+    model.save_pretrained(tmp_path / "lm")
+    loaded = LanguageModel.from_pretrained(tmp_path / "lm")
+    assert loaded.config == model.config and not loaded.training
+    assert loaded.generator.weight is loaded.embed.embedding.weight, "tied weights stay tied"
+    ids = torch.randint(4, 30, (2, 9))
+    assert torch.equal(loaded(ids), model(ids))
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(vocab_size=0), "vocab_size"),
+    (dict(max_len=True), "max_len"),
+    (dict(pad_id=30), "pad_id"),
+    (dict(tie_output=1), "tie_output"),
+    (dict(num_heads=3), "divisible"),
+])
+def test_lm_refuses_bad_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        small_lm(**kwargs)
+
+
+def test_lm_refuses_bad_calls():
+    model = small_lm()
+    with pytest.raises(ValueError, match="ids must be"):
+        model(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="exceed max_len"):
+        model(torch.zeros(1, 41, dtype=torch.long))
+    with pytest.raises(ValueError, match="start"):
+        model(torch.zeros(1, 2, dtype=torch.long), start=-1)

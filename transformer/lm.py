@@ -208,4 +208,94 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
             written[i] = [line for line in (lines if ended else lines[:-1]) if line]
     return written
 
-__all__ = ["BigramLanguageModel", "perplexity", "generate", "continue_poems"]
+# %% chapters/11_language_model.ipynb, cell 34
+from transformer.blocks import Decoder
+from transformer.embedding import TokenEmbedding
+from transformer.masks import causal_mask
+from transformer.model import PretrainedModel
+from transformer.positional import PositionalEncoding
+
+
+class LanguageModel(PretrainedModel):
+    """A decoder-only Transformer: ids [B, T] -> next-token logits [B, T, V], under a causal mask.
+
+    Chapter 07's Decoder with its cross-attention sublayers absent, Pre-LN by default,
+    the output layer's weight tied to the embedding table. It knows its config
+    (chapter 08): `LanguageModel.from_pretrained(directory)` rebuilds what
+    `save_pretrained(directory)` wrote.
+
+    Args:
+        vocab_size: V, the number of token ids, > 0.
+        d_model: width of the residual stream, > 0 (default 128).
+        num_heads: attention heads, dividing d_model (default 4).
+        num_layers: decoder blocks, > 0 (default 2).
+        d_ff: hidden width of the feed-forward networks (default 4 * d_model).
+        dropout: dropout probability in [0, 1) (default 0.1).
+        max_len: the most positions the model reads at once, > 0 (default 256).
+        pad_id: the padding id (default 0, as chapter 09's vocabularies).
+        activation: the feed-forward activation, "relu", "gelu" or "silu" (default "gelu").
+        norm_first: Pre-LN (True, the default) or Post-LN blocks.
+        tie_output: the output layer's weight is the embedding table (default True).
+
+    Raises:
+        ValueError: an argument is out of range (the message names it).
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, num_layers: int = 2,
+                 d_ff: int | None = None, dropout: float = 0.1, max_len: int = 256, pad_id: int = PAD_ID,
+                 activation: str = "gelu", norm_first: bool = True, tie_output: bool = True):
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        super().__init__(dict(
+            vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers,
+            d_ff=d_ff, dropout=dropout, max_len=max_len, pad_id=pad_id, activation=activation,
+            norm_first=norm_first, tie_output=tie_output))
+        self.vocab_size, self.max_len = _check_int("vocab_size", vocab_size), _check_int("max_len", max_len)
+        self.pad_id = _check_int("pad_id", pad_id, 0)
+        if pad_id >= vocab_size:
+            raise ValueError(f"pad_id must be an id in [0, {vocab_size - 1}], got {pad_id}")
+        _check_bool("tie_output", tie_output)
+        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
+        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first,
+                               cross_attention=False)
+        self.generator = nn.Linear(d_model, vocab_size)  # hidden state -> one score per token
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """With tie_output, make the output layer's weight the embedding table (one Parameter)."""
+        if self._config["tie_output"]:
+            self.generator.weight = self.embed.embedding.weight
+
+    def forward(self, ids: Tensor, caches: list[dict] | None = None, start: int = 0) -> Tensor:
+        """Score every next token: ids [B, T] -> logits [B, T, V].
+
+        Args:
+            ids: token ids [B, T], 0 < T, start + T <= max_len.
+            caches: for generation, one dict per layer (chapter 10's KV cache): ids then
+                holds the tokens at positions start .. start + T - 1, and each attends to
+                the cached positions as well as to the new ones before it.
+            start: the position of ids[:, 0] (default 0; > 0 only with caches).
+
+        Returns:
+            Logits [B, T, V] (never softmax): row t scores the token after ids[:, t].
+
+        Raises:
+            ValueError: ids is not [B, T] with 0 < T, or the positions exceed max_len.
+        """
+        _check_int("start", start, 0)
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.size(1) == 0:
+            got = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+            raise ValueError(f"ids must be token ids of shape [batch, seq] with seq > 0, got {got}")
+        if start + ids.size(1) > self.max_len:
+            raise ValueError(f"positions {start}..{start + ids.size(1) - 1} exceed max_len={self.max_len}")
+        t = ids.size(1)
+        # Query i (at position start + i) may see keys 0 .. start + i: cached and new.
+        mask = causal_mask(t, ids.device) if start == 0 else (
+            torch.ones(t, start + t, dtype=torch.bool, device=ids.device).tril(start))
+        x = self.positional(self.embed(ids), start)  # [B, T, d_model]
+        x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
+        return self.generator(x)  # [B, T, V]
+
+__all__ = ["BigramLanguageModel", "perplexity", "generate", "continue_poems", "LanguageModel"]
