@@ -516,8 +516,8 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 #
 # * `config.json`: the model's class, its `config`, the dtype, a format version and any
 #   JSON-able `metadata` (chapter 09 adds its training metrics);
-# * `model.safetensors`: the weights in the [safetensors](https://huggingface.co/docs/safetensors)
-#   format, a JSON header of names, dtypes and shapes followed by the raw bytes. A tied
+# * `model.safetensors`: the weights in the safetensors format (Hugging Face's `safetensors`
+#   package), a JSON header of names, dtypes and shapes followed by the raw bytes. A tied
 #   table is stored once (safetensors refuses to write two names for one memory, and its
 #   `save_model` keeps one of them).
 #

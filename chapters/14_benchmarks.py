@@ -226,7 +226,7 @@ def random_batch(batch: int, src_len: int, tgt_len: int, vocab: int, seed: int =
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
+def train_step_fn(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
                pad_id: int = 0) -> Callable[[], None]:
     """A function that runs one training step (forward, loss, backward, Adam) on batch.
 
@@ -307,7 +307,7 @@ print(f"parameters: ours {n_ours:,}, torch.nn.Transformer {n_ref:,} "
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-train = interleaved({"ours": train_step(ours, batch), "torch": train_step(reference, batch)}, repeats=3)
+train = interleaved({"ours": train_step_fn(ours, batch), "torch": train_step_fn(reference, batch)}, repeats=3)
 evals = interleaved({"ours": eval_forward(ours, batch), "torch": eval_forward(reference, batch)},
                     repeats=5)
 ratios = {"train step": train["ours"] / train["torch"], "eval forward": evals["ours"] / evals["torch"]}

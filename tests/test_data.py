@@ -109,6 +109,33 @@ def test_tokenize_normalises_case_and_question_marks():
     assert tokenize("你 吃 苹果 吗？") == ["你", "吃", "苹果", "吗", "？"]
 
 
+@pytest.mark.parametrize("text, words", [
+    ("I love apples.", ["I", "love", "apples"]),  # the corpus writes statements without a full stop
+    ("I love apples !", ["I", "love", "apples"]),
+    ("I love apples...", ["I", "love", "apples"]),
+    ("我 喜欢 苹果。", ["我", "喜欢", "苹果"]),
+    ("Do you love apples?", ["do", "you", "love", "apples", "?"]),  # questions keep their mark
+    ("apples, pears", ["apples", ",", "pears"]),  # other marks are words of their own
+    ("I love apples. I love pears", ["I", "love", "apples", ".", "I", "love", "pears"]),
+    ("  .  ", []),
+])
+def test_tokenize_handles_punctuation_like_the_corpus(text, words):
+    assert tokenize(text) == words
+
+
+def test_corpus_sentences_tokenize_to_their_own_words(corpus):
+    """The punctuation rule changes nothing in the corpus: its words are split at spaces."""
+    for en, zh in corpus[:3000]:
+        assert tokenize(en) == [("I" if w.lower() == "i" else w.lower()) for w in en.split()]
+        assert tokenize(zh) == zh.split()
+
+
+@pytest.mark.parametrize("text", [123, None, ["I love apples"], b"I love apples"])
+def test_tokenize_refuses_what_is_not_text(text):
+    with pytest.raises(TypeError, match="text must be a str"):
+        tokenize(text)
+
+
 def test_vocab_specials_round_trip_and_unknown_words(split):
     train = split.train
     src = Vocab.build(en for en, _ in train)
@@ -145,9 +172,57 @@ def test_empty_and_over_long_input_get_clear_errors():
     with pytest.raises(ValueError, match="empty"):
         pad_sequences([[1, 2], []])
     with pytest.raises(ValueError, match="too long"):
-        make_batches([("apples " * 20, "x")], vocab, vocab)
+        make_batches([("apples " * 20, "x")], vocab, vocab, max_len=MAX_WORDS + 2)
     with pytest.raises(ValueError, match="must start with"):
         Vocab.from_dict({"itos": ["a", "b"]})
+    with pytest.raises(ValueError, match="pairs"):
+        make_batches([], vocab, vocab)
+
+
+def test_make_batches_has_no_hidden_length_cap_and_pads_with_pad_id():
+    vocab = Vocab(["apples"])
+    long = " ".join(["apples"] * 20)  # longer than MAX_WORDS: the toy grammar's limit, not a rule
+    (src, tgt), = make_batches([(long, "apples"), ("apples", long)], vocab, vocab, pad_id=3)
+    assert src.shape == tgt.shape == (2, 22)
+    assert src[1, 3:].tolist() == [3] * 19 and tgt[0, 3:].tolist() == [3] * 19
+
+
+@pytest.mark.parametrize("text", ["<eos>", "I love <pad> apples", "<UNK>", "<bos> apples"])
+def test_special_token_strings_are_not_words(text):
+    vocab = Vocab(["I", "love", "apples"])
+    with pytest.raises(ValueError, match="special token"):
+        vocab.encode(text)
+
+
+@pytest.mark.parametrize("state", [[1, 2], {"itos": "abc"}, {"itos": ["<pad>", "<bos>", "<eos>", "<unk>", 5]},
+                                   {"itos": ["<pad>", "<bos>", "<eos>", "<unk>", "a", "a"]}, {}, None])
+def test_vocab_from_dict_refuses_malformed_tables(state):
+    with pytest.raises(ValueError, match="vocabulary"):
+        Vocab.from_dict(state)
+
+
+@pytest.mark.parametrize("words", [["a b"], [""], [3], ["ok", None]])
+def test_vocab_refuses_words_it_could_never_encode(words):
+    with pytest.raises(ValueError, match="words must be"):
+        Vocab(words)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda v: make_batches([("a", "a")], v, v, batch_size=0), "batch_size"),
+    (lambda v: make_batches([("a", "a")], v, v, batch_size=True), "batch_size"),
+    (lambda v: make_batches([("a", "a")], v, v, shuffle=1), "shuffle"),
+    (lambda v: make_batches([("a", "a")], v, v, pad_id=-1), "pad_id"),
+    (lambda v: make_batches([("a", "a")], v, v, seed=-1), "seed"),
+    (lambda v: pad_sequences([[1, 2]], pad_id=True), "pad_id"),
+    (lambda v: v.encode("a", max_len=0), "max_len"),
+    (lambda v: v.encode("a", add_special=1), "add_special"),
+    (lambda v: generate_corpus(size=0), "size"),
+    (lambda v: generate_corpus(size=True), "size"),
+    (lambda v: split_corpus([("a", "b")] * 1, valid_size=True), "valid_size"),
+])
+def test_bad_arguments_name_themselves(call, name):
+    with pytest.raises(ValueError, match=name):
+        call(Vocab(["a"]))
 
 
 def test_batches_pad_on_the_right_and_cover_every_pair_once(split):

@@ -28,7 +28,8 @@ def test_wheel_holds_the_package_and_not_the_book(tmp_path):
                   and n.endswith(".py")) == modules
     shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "checkpoints").rglob("*")
                if p.is_file()]
-    assert shipped and all(s in names for s in shipped), "every shipped checkpoint file must be in the wheel"
+    assert len(shipped) == 4, f"the shipped translator is config, weights and two vocabularies: {shipped}"
+    assert all(s in names for s in shipped), "every shipped checkpoint file must be in the wheel"
     assert "transformer/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()

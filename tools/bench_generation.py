@@ -1,23 +1,40 @@
-"""Benchmark: greedy decoding with and without the KV cache (chapter 10).
+"""Benchmark: cached decoding against the memory-bandwidth bound, and beam search's cost (chapter 10).
 
-    .venv/bin/python tools/bench_generation.py [--repeats 5] [--tokens 128] [--threads 2]
+    .venv/bin/python tools/bench_generation.py [--repeats 5] [--tokens 128] [--threads 1]
+                                               [--batches 1 16] [--beam 4] [--no-cache]
 
-The paper's base decoder size (d_model 512, 8 heads, 6 layers, d_ff 2048) with
-random weights, batch 1, a 16-token source and a 1000-word target vocabulary.
-`eos_id=None` forces exactly --tokens new tokens. Each repeat times both variants
-(order alternating, so that a busy machine hurts both alike) and checks that
-their tokens are identical. It prints every repeat, then the median and the
-spread (min..max) of the times and of the per-repeat speed-up, in wall time and
-in this process's CPU time (on a shared machine the wall time also counts the
-time other programs held the cores).
+The paper's base decoder (d_model 512, 8 heads, 6 layers, d_ff 2048) with random
+weights, a 1000-word target vocabulary and a 16-token source; `eos_id=None` forces
+exactly --tokens new tokens.
 
-Not a test: timings depend on the machine and on what else runs on it. The
-target (issue 5) is a speed-up of at least 3x with identical tokens.
+The bound. At batch 1 a cached step must read every weight it uses from memory once:
+the decoder's, except the cross-attention key and value projections (computed once per
+source), plus the output layer. So no step can be faster than a matrix-vector product
+over a matrix of that size, which the script times in the same run (best of a few),
+and tokens/s at the bound is batch / that time. (At batch 16 a step does 16 times the
+arithmetic on the same weights, so it may be bound by arithmetic instead; the fraction
+is still printed.)
+
+Each repeat times the bound, cached greedy decoding at each batch size, and beam search
+(--beam, with keep_greedy=True and False, at batch 1) one after the other, so that a
+busy machine hurts all of them alike; the script prints each repeat and the median.
+Times are CPU seconds of this process (time.process_time): with one thread that is the
+wall time of a quiet machine, and programs running beside us do not count; on a busy
+machine the wall time also counts the time they held the core (printed too, for the
+batch-1 fraction).
+With --no-cache it also times decoding without the cache at batch 1 and checks that the
+tokens are identical. It prints the machine's load average first and last: on a shared
+machine, compare ratios from one run, not times from two.
+
+Not a test: timings depend on the machine and on what else runs on it.
+Target (issue 12): cached greedy decoding at batch 1 >= 85% of the bound.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import sys
 import time
@@ -25,60 +42,108 @@ import time
 import torch
 
 from transformer import Transformer
-from transformer.generation import greedy_decode
+from transformer.generation import beam_search, greedy_decode
 
 
-def timed(model: Transformer, src: torch.Tensor, tokens: int,
-          use_cache: bool) -> tuple[float, float, torch.Tensor]:
-    """(wall seconds, CPU seconds of this process, tokens) of one greedy decode."""
-    start, start_cpu = time.perf_counter(), time.process_time()
-    out = greedy_decode(model, src, bos_id=1, eos_id=None, max_new_tokens=tokens, use_cache=use_cache)
-    return time.perf_counter() - start, time.process_time() - start_cpu, out
+def streamed_parameters(model: Transformer) -> int:
+    """Parameters a cached decoding step reads: the decoder (less the cross-attention key
+    and value projections, computed once per source) and the output layer."""
+    once = {id(p) for layer in model.decoder.layers
+            for p in (*layer.cross_attn.k_proj.parameters(), *layer.cross_attn.v_proj.parameters())}
+    used = [p for p in (*model.decoder.parameters(), *model.generator.parameters()) if id(p) not in once]
+    return sum(p.numel() for p in used)
+
+
+def best_of(fn, n: int, clock=time.process_time) -> float:
+    """The fastest of n runs of fn(), in seconds of `clock` (default: this process's CPU time)."""
+    times = []
+    for _ in range(n):
+        start = clock()
+        fn()
+        times.append(clock() - start)
+    return min(times)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--beam", type=int, default=4, help="beam size to time (0: skip)")
     parser.add_argument("--vocab", type=int, default=1000)
+    parser.add_argument("--no-cache", action="store_true", help="also time decoding without the cache")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = Transformer(args.vocab, args.vocab, d_model=512, num_heads=8, num_encoder_layers=6,
-                        num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=max(args.tokens + 1, 16))
-    src = torch.randint(4, args.vocab, (1, 16))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; decoder d_model=512, "
-          f"8 heads, 6 layers, d_ff=2048; batch 1, {args.tokens} new tokens, vocab {args.vocab}")
-    timed(model, src, 4, True)  # warm-up: first calls allocate
-    timed(model, src, 4, False)
+                        num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=max(args.tokens + 1, 16)).eval()
+    sources = {b: torch.randint(4, args.vocab, (b, 16)) for b in args.batches}
+    n_streamed = streamed_parameters(model)
+    weight = torch.randn(n_streamed // 512, 512)  # as many floats as a step reads
+    x = torch.randn(512)
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}; torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s)")
+    print(f"decoder d_model=512, 8 heads, 6 layers, d_ff=2048, vocab {args.vocab}; {args.tokens} new tokens; "
+          f"a cached step reads {n_streamed / 1e6:.1f}M parameters = {4 * n_streamed / 1e6:.0f} MB")
 
-    cached_times, plain_times, ratios, cpu_ratios = [], [], [], []
-    identical = True
+    def decode(batch: int, use_cache: bool = True, tokens: int = args.tokens) -> torch.Tensor:
+        return greedy_decode(model, sources[batch], bos_id=1, eos_id=None, max_new_tokens=tokens,
+                             use_cache=use_cache)
+
+    def beam(keep_greedy: bool) -> None:
+        beam_search(model, sources[args.batches[0]], bos_id=1, eos_id=2, beam_size=args.beam,
+                    max_new_tokens=args.tokens, keep_greedy=keep_greedy)
+
+    for batch in args.batches:  # warm-up: first calls allocate
+        decode(batch, tokens=4)
+    rows: dict[str, list[float]] = {}
     for repeat in range(args.repeats):
-        order = (True, False) if repeat % 2 == 0 else (False, True)
-        results = {use_cache: timed(model, src, args.tokens, use_cache) for use_cache in order}
-        (t_cache, cpu_cache, out_cache), (t_plain, cpu_plain, out_plain) = results[True], results[False]
-        same = torch.equal(out_cache, out_plain)
-        identical &= same
-        cached_times.append(t_cache)
-        plain_times.append(t_plain)
-        ratios.append(t_plain / t_cache)
-        cpu_ratios.append(cpu_plain / cpu_cache)
-        print(f"repeat {repeat + 1}: without cache {t_plain:7.3f} s, with cache {t_cache:6.3f} s, "
-              f"speed-up {t_plain / t_cache:5.2f}x (CPU time {cpu_plain:.1f} s / {cpu_cache:.1f} s "
-              f"= {cpu_plain / cpu_cache:5.2f}x), identical tokens: {same}")
+        bound = best_of(lambda: weight @ x, 10)  # seconds per step at the bandwidth bound
+        wall_bound = best_of(lambda: weight @ x, 10, time.perf_counter)
+        line = [f"repeat {repeat + 1}: bound {1e3 * bound:.2f} ms/step ({4 * n_streamed / bound / 1e9:.1f} GB/s)"]
+        rows.setdefault("bound ms/step", []).append(1e3 * bound)
+        wall_step = best_of(lambda: decode(args.batches[0]), 1, time.perf_counter) / args.tokens
+        rows.setdefault(f"batch {args.batches[0]}: fraction of the bound, wall time", []).append(
+            wall_bound / wall_step)
+        for batch in args.batches:
+            step = best_of(lambda b=batch: decode(b), 1) / args.tokens
+            rows.setdefault(f"batch {batch}: ms/step", []).append(1e3 * step)
+            rows.setdefault(f"batch {batch}: tokens/s", []).append(batch / step)
+            rows.setdefault(f"batch {batch}: fraction of the bound", []).append(bound / step)
+            line.append(f"batch {batch}: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
+                        f"{bound / step:.0%} of the bound")
+        if args.beam:
+            for keep in (False, True):
+                seconds = best_of(lambda k=keep: beam(k), 1)
+                rows.setdefault(f"beam {args.beam} keep_greedy={keep}: s", []).append(seconds)
+                line.append(f"beam {args.beam} keep_greedy={keep}: {seconds:.2f} s CPU")
+            rows.setdefault(f"beam {args.beam}: keep_greedy cost", []).append(
+                rows[f"beam {args.beam} keep_greedy=True: s"][-1] / rows[f"beam {args.beam} keep_greedy=False: s"][-1] - 1)
+        if args.no_cache:
+            start = time.process_time()
+            plain = decode(args.batches[0], use_cache=False)
+            seconds = time.process_time() - start
+            cached_seconds = rows[f"batch {args.batches[0]}: ms/step"][-1] * args.tokens / 1e3
+            rows.setdefault("speed-up of the cache", []).append(seconds / cached_seconds)
+            same = torch.equal(plain, decode(args.batches[0]))
+            line.append(f"no cache {seconds:.2f} s ({seconds / cached_seconds:.2f}x), identical tokens: {same}")
+            if not same:
+                print("\n".join(line))
+                print("the cache changed the tokens")
+                return 1
+        print("\n  ".join(line))
 
-    def spread(xs: list[float], unit: str) -> str:
-        return f"median {statistics.median(xs):.3f}{unit} (min {min(xs):.3f}, max {max(xs):.3f})"
-
-    print(f"without cache: {spread(plain_times, ' s')}")
-    print(f"with cache:    {spread(cached_times, ' s')}")
-    print(f"speed-up:      {spread(ratios, 'x')}")
-    print(f"CPU speed-up:  {spread(cpu_ratios, 'x')} (less sensitive to other programs)")
-    print(f"tokens identical in every repeat: {identical}")
-    return 0 if identical else 1
+    print("median over the repeats (min .. max):")
+    for name, values in rows.items():
+        fmt = ("{:.0%}" if "fraction" in name or "cost" in name
+               else "{:.0f}" if name.endswith("tokens/s") else "{:.2f}")
+        print(f"  {name:40s} {fmt.format(statistics.median(values))}  "
+              f"({fmt.format(min(values))} .. {fmt.format(max(values))})")
+    print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    return 0
 
 
 if __name__ == "__main__":

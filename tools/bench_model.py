@@ -48,8 +48,8 @@ from transformer.benchmarks import (  # noqa: E402
     machine_info,
     paired_models,
     random_batch,
-    train_step,
     train_step_flops,
+    train_step_fn,
 )
 
 CONFIG = dict(d_model=256, num_heads=8, num_layers=3, d_ff=1024, vocab=1000, batch=32,
@@ -65,10 +65,6 @@ def build_models() -> tuple[nn.Module, nn.Module]:
 def make_batch(seed: int = 0):
     c = CONFIG
     return random_batch(c["batch"], c["src_len"], c["tgt_len"], c["vocab"], seed)
-
-
-def train_step_fn(model: nn.Module, batch):
-    return train_step(model, batch)
 
 
 def eval_forward_fn(model: nn.Module, batch):
@@ -171,7 +167,7 @@ def model_flops_utilisation(repeats: int) -> int:
     config = dict(PAPER_CONFIGS["base"], dropout=0.1)
     model = Transformer(1000, 1000, **config, max_len=65)
     batch = random_batch(64, 64, 64, 1000)
-    step = train_step(model, batch)
+    step = train_step_fn(model, batch)
     flops = train_step_flops(model, 64, 64, 64)
     step()  # warm-up
     peak = gemm_flops_per_second(2048)

@@ -21,17 +21,17 @@ from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model
 from transformer.model import PretrainedModel, PAPER_CONFIGS, Transformer, count_parameters, PRETRAINED_FORMAT, read_pretrained_config
 # chapter 09: Training: teaching the model to translate
-from transformer.training import shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, evaluate_loss, train, TRANSLATOR_CHECKPOINT, CHECKPOINT_FORMAT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
+from transformer.training import IGNORE_INDEX, shift_targets, label_smoothed_cross_entropy, noam_lr, make_optimizer, translation_loss, TrainState, StepResult, train_step, evaluate_loss, fit, train, TRANSLATOR_CHECKPOINT, Checkpoint, save_checkpoint, load_checkpoint, Evaluation, evaluate_translation
 # chapter 09: Training: teaching the model to translate
-from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, tokenize, Vocab, pad_sequences, collate, make_batches
+from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, PUNCTUATION, SENTENCE_END, tokenize, Vocab, pad_sequences, collate, make_batches
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
-from transformer.generation import eval_mode, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
+from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
 # chapter 11: A decoder-only language model
 from transformer.lm import BigramLanguageModel, perplexity, generate, continue_poems, LanguageModel
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 # chapter 14: Appendix: Benchmarks
-from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
+from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step_fn, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
 __version__ = "0.1.0"
 
@@ -57,14 +57,19 @@ __all__ = [
     "count_parameters",
     "PRETRAINED_FORMAT",
     "read_pretrained_config",
+    "IGNORE_INDEX",
     "shift_targets",
     "label_smoothed_cross_entropy",
     "noam_lr",
     "make_optimizer",
+    "translation_loss",
+    "TrainState",
+    "StepResult",
+    "train_step",
     "evaluate_loss",
+    "fit",
     "train",
     "TRANSLATOR_CHECKPOINT",
-    "CHECKPOINT_FORMAT",
     "Checkpoint",
     "save_checkpoint",
     "load_checkpoint",
@@ -83,12 +88,15 @@ __all__ = [
     "is_held_out",
     "CorpusSplit",
     "split_corpus",
+    "PUNCTUATION",
+    "SENTENCE_END",
     "tokenize",
     "Vocab",
     "pad_sequences",
     "collate",
     "make_batches",
     "eval_mode",
+    "KVCache",
     "IncrementalDecoder",
     "greedy_decode",
     "filter_logits",
@@ -124,7 +132,7 @@ __all__ = [
     "interleaved",
     "TorchReference",
     "random_batch",
-    "train_step",
+    "train_step_fn",
     "eval_forward",
     "paired_models",
     "gemm_flops_per_second",

@@ -146,7 +146,7 @@ def random_batch(batch: int, src_len: int, tgt_len: int, vocab: int, seed: int =
     return src, tgt[:, :-1], tgt[:, 1:]
 
 
-def train_step(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
+def train_step_fn(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
                pad_id: int = 0) -> Callable[[], None]:
     """A function that runs one training step (forward, loss, backward, Adam) on batch.
 
@@ -306,4 +306,4 @@ def bandwidth_bytes_per_second(n_bytes: int, repeats: int = 5) -> float:
     matrix @ vector  # warm-up
     return matrix.numel() * 4 / min(cpu_seconds(lambda: matrix @ vector) for _ in range(repeats))
 
-__all__ = ["machine_info", "cpu_seconds", "interleaved", "TorchReference", "random_batch", "train_step", "eval_forward", "paired_models", "gemm_flops_per_second", "train_step_flops", "bytes_per_token", "bandwidth_bytes_per_second"]
+__all__ = ["machine_info", "cpu_seconds", "interleaved", "TorchReference", "random_batch", "train_step_fn", "eval_forward", "paired_models", "gemm_flops_per_second", "train_step_flops", "bytes_per_token", "bandwidth_bytes_per_second"]

@@ -11,6 +11,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+# Argument checks from chapter 01 (each error names the caller's argument); chapter 10 imports them from here.
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F401
+
 PAD_ID = 0  # pads short sentences; the model and the loss ignore it
 BOS_ID = 1  # begins every sentence
 EOS_ID = 2  # ends every sentence
@@ -20,9 +23,10 @@ MAX_WORDS = 12  # the grammar never writes a sentence longer than this (either l
 
 
 class Grammar:
-    """The toy grammar's word tables. Each row pairs English with Chinese; `sample_pair`
-    picks one row per slot and writes both sentences from the same choices, so every
-    English sentence has exactly one Chinese translation.
+    """The toy grammar's word tables, each row pairing English with Chinese.
+
+    `sample_pair` picks one row per slot and writes both sentences from the same
+    choices, so every English sentence has exactly one Chinese translation.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -138,7 +142,14 @@ def _noun_phrase(rng: random.Random, noun_class: str, counted: bool) -> tuple[st
 
 
 def sample_pair(rng: random.Random) -> tuple[str, str]:
-    """One (English, Chinese) pair drawn from the grammar with `rng` (a random.Random).
+    """Draw one (English, Chinese) sentence pair from the grammar.
+
+    Args:
+        rng: the random.Random that makes every choice (seed it to reproduce a draw).
+
+    Returns:
+        (English, Chinese), words separated by spaces, such as
+        ("I love apples", "我 喜欢 苹果").
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -161,15 +172,25 @@ def sample_pair(rng: random.Random) -> tuple[str, str]:
 
 # %% chapters/09_training.ipynb, cell 7
 def generate_corpus(size: int = 30_000, seed: int = 0) -> list[tuple[str, str]]:
-    """`size` distinct (English, Chinese) sentence pairs from the grammar, in a fixed order.
+    """Draw `size` distinct (English, Chinese) sentence pairs from the grammar, in a fixed order.
 
-    Deterministic for a given seed. The first pair is always the book's running example,
-    ("I love apples", "我 喜欢 苹果"). No sentence is longer than MAX_WORDS words.
+    The first pair is always the book's running example, ("I love apples", "我 喜欢 苹果").
+    No sentence is longer than MAX_WORDS words.
+
+    Args:
+        size: the number of pairs, > 0 (default 30 000).
+        seed: the seed of the draws (default 0): the same seed gives the same corpus.
+
+    Returns:
+        A list of `size` (English, Chinese) pairs with distinct English sentences.
+
+    Raises:
+        ValueError: size is not a positive integer, or larger than the grammar can make.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    if size < 1:
-        raise ValueError(f"size must be a positive integer, got {size}")
+    _check_int("size", size)
+    _check_int("seed", seed, 0)
     rng = random.Random(seed)
     pairs = {"I love apples": "我 喜欢 苹果"}  # a dict keeps insertion order
     attempts = 0
@@ -184,7 +205,13 @@ def generate_corpus(size: int = 30_000, seed: int = 0) -> list[tuple[str, str]]:
 
 # %% chapters/09_training.ipynb, cell 13
 def is_held_out(english: str) -> bool:
-    """True if an English sentence holds one of HELD_OUT_COMBINATIONS (a word of each group).
+    """Say whether an English sentence holds one of HELD_OUT_COMBINATIONS (a word of each group).
+
+    Args:
+        english: a sentence of the corpus (words separated by spaces; case is ignored).
+
+    Returns:
+        True if the sentence holds a word of each group of some held-out combination.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -193,7 +220,12 @@ def is_held_out(english: str) -> bool:
 
 
 class CorpusSplit(NamedTuple):
-    """train / valid / test lists of (English, Chinese) pairs; no English sentence is in two of them.
+    """The train / valid / test lists of (English, Chinese) pairs; no English sentence is in two of them.
+
+    Attributes:
+        train: the training pairs (the running example among them).
+        valid: the validation pairs.
+        test: the test pairs, held-out combinations last.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -213,12 +245,25 @@ def split_corpus(pairs: Sequence[tuple[str, str]], valid_size: int = 1000, test_
     test, the remainder to training. The running example ("I love apples") always stays in
     training, so that the trained model has seen it.
 
+    Args:
+        pairs: (English, Chinese) pairs with distinct English sentences.
+        valid_size: pairs for validation, >= 0 (default 1000).
+        test_size: ordinary pairs for the test set, >= 0 (default 1000).
+        held_out_size: held-out-combination pairs added to the test set, >= 0 (default 500).
+        seed: the seed of the shuffle (default 0).
+
+    Returns:
+        A CorpusSplit(train, valid, test).
+
+    Raises:
+        ValueError: a size is not a non-negative integer, the English sentences are not
+            distinct, or there are fewer pairs than valid_size + test_size.
+
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
     for name, value in (("valid_size", valid_size), ("test_size", test_size),
-                        ("held_out_size", held_out_size)):
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+                        ("held_out_size", held_out_size), ("seed", seed)):
+        _check_int(name, value, 0)
     if len({en for en, _ in pairs}) != len(pairs):
         raise ValueError("pairs must hold distinct English sentences")
     rng = random.Random(seed)
@@ -234,28 +279,54 @@ def split_corpus(pairs: Sequence[tuple[str, str]], valid_size: int = 1000, test_
     return CorpusSplit(train, valid, test)
 
 # %% chapters/09_training.ipynb, cell 17
-def tokenize(text: str) -> list[str]:
-    """Split a sentence into words: str -> list[str].
+PUNCTUATION = "?？.。!！,，;；:："  # each mark becomes a word of its own
+SENTENCE_END = (".", "。", "!", "！")  # dropped at the end of a sentence: the corpus writes none
 
-    Words are separated by spaces; `?` and `？` become words of their own. English is
-    lower-cased except the pronoun `I`, so `Do you eat apples?` and `do you eat apples ?`
-    give the same words. Chinese must already be split into words with spaces
+
+def tokenize(text: str) -> list[str]:
+    """Split a sentence into words.
+
+    Words are separated by spaces, and each punctuation mark becomes a word of its own.
+    English is lower-cased except the pronoun `I`, so `Do you eat apples?` and
+    `do you eat apples ?` give the same words. A full stop or exclamation mark that ends
+    the sentence is dropped (the corpus writes statements without one, so
+    `I love apples.` is `I love apples`); question marks are kept, since the corpus ends
+    its questions with `?` and `？`. Chinese must already be split into words with spaces
     (`我 喜欢 苹果`): the corpus is word-level.
+
+    Args:
+        text: one sentence.
+
+    Returns:
+        Its words, in order (empty for a text without words).
+
+    Raises:
+        TypeError: text is not a str.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    words = re.sub(r"([?？])", r" \1 ", text).lower().split()
+    words = re.sub(f"([{re.escape(PUNCTUATION)}])", r" \1 ", text).lower().split()
+    while words and words[-1] in SENTENCE_END:
+        words.pop()
     return ["I" if word == "i" else word for word in words]
 
 # %% chapters/09_training.ipynb, cell 18
 class Vocab:
     """A word <-> id table with the special tokens `<pad>`=0, `<bos>`=1, `<eos>`=2, `<unk>`=3.
 
-    encode(text) -> list[int] of length words+2 (`<bos>` ... `<eos>`);
-    decode(ids) -> str (stops at `<eos>`, drops `<pad>`/`<bos>`).
-    Words not in the table encode to `<unk>`; `unknown_words(text)` lists them.
+    `encode(text)` gives the ids `<bos> ... <eos>`; `decode(ids)` the text (it stops at
+    `<eos>` and drops `<pad>` and `<bos>`). Words not in the table encode to `<unk>`;
+    `unknown_words(text)` lists them. The special tokens' strings are not words: a text
+    that contains one is refused.
+
+    Args:
+        words: the ordinary words, in id order from 4 (repeats and special tokens are
+            skipped); each a non-empty str without spaces.
+
+    Raises:
+        ValueError: a word is not a non-empty str without whitespace.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -265,13 +336,22 @@ class Vocab:
     def __init__(self, words: Iterable[str]):
         self.itos: list[str] = list(SPECIAL_TOKENS)
         for word in words:
+            if not isinstance(word, str) or not word or word != "".join(word.split()):
+                raise ValueError(f"words must be non-empty strings without spaces, got {word!r}")
             if word not in self.itos:
                 self.itos.append(word)
         self.stoi: dict[str, int] = {word: i for i, word in enumerate(self.itos)}
 
     @classmethod
     def build(cls, texts: Iterable[str]) -> "Vocab":
-        """A vocabulary of every word in `texts`, most frequent first (ties alphabetical)."""
+        """A vocabulary of every word in `texts`, most frequent first (ties alphabetical).
+
+        Args:
+            texts: sentences, split into words by `tokenize`.
+
+        Returns:
+            The Vocab.
+        """
         counts = Counter(word for text in texts for word in tokenize(text))
         return cls(sorted(counts, key=lambda word: (-counts[word], word)))
 
@@ -288,18 +368,45 @@ class Vocab:
         return f"Vocab({len(self)} words: {' '.join(self.itos[:8])} ...)"
 
     def unknown_words(self, text: str) -> list[str]:
-        """The words of `text` that are not in the vocabulary, in order (empty if none)."""
+        """The words of a sentence that are not in the vocabulary.
+
+        Args:
+            text: one sentence (split by `tokenize`).
+
+        Returns:
+            Those words, in order (empty if none).
+
+        Raises:
+            TypeError: text is not a str.
+        """
         return [word for word in tokenize(text) if word not in self.stoi]
 
     def encode(self, text: str, add_special: bool = True, max_len: int | None = None) -> list[int]:
-        """text -> ids: `[BOS_ID, id(w1), ..., id(wn), EOS_ID]` (without them if add_special=False).
+        """Turn a sentence into ids: `[BOS_ID, id(w1), ..., id(wn), EOS_ID]`.
 
-        Raises ValueError for a text without words, or one whose ids (specials included)
-        would be longer than `max_len`. Unknown words become UNK_ID.
+        Args:
+            text: one sentence (split by `tokenize`).
+            add_special: add `<bos>` and `<eos>` around the words (default True).
+            max_len: the most ids allowed, specials included (default None: no limit).
+
+        Returns:
+            The ids; an unknown word becomes UNK_ID.
+
+        Raises:
+            TypeError: text is not a str.
+            ValueError: text has no word, contains a special token's string (such as
+                `<eos>`), or gives more than max_len ids.
         """
+        _check_bool("add_special", add_special)
+        if max_len is not None:
+            _check_int("max_len", max_len)
         words = tokenize(text)
         if not words:
             raise ValueError(f"text must contain at least one word, got {text!r}")
+        specials = [word for word in words if word in SPECIAL_TOKENS]
+        if specials:
+            raise ValueError(f"text must not contain the special tokens {', '.join(SPECIAL_TOKENS)} "
+                             f"(encode adds <bos> and <eos> itself), got {specials[0]!r} in {text!r}")
         ids = [self.stoi.get(word, UNK_ID) for word in words]
         if add_special:
             ids = [BOS_ID, *ids, EOS_ID]
@@ -310,10 +417,19 @@ class Vocab:
         return ids
 
     def decode(self, ids: Sequence[int] | Tensor, strip_special: bool = True) -> str:
-        """ids (list or 1-D tensor) -> text with words joined by spaces.
+        """Turn ids back into text, words joined by spaces.
 
-        With strip_special (the default) reading stops at the first `<eos>`, and `<pad>`
-        and `<bos>` are dropped; otherwise every token is written out.
+        Args:
+            ids: a list of ids or a 1-D integer tensor.
+            strip_special: stop at the first `<eos>` and drop `<pad>` and `<bos>`
+                (default True); False writes out every token.
+
+        Returns:
+            The text.
+
+        Raises:
+            ValueError: ids is a tensor that is not 1-D.
+            IndexError: an id lies outside the vocabulary.
         """
         if isinstance(ids, Tensor):
             if ids.dim() != 1:
@@ -321,8 +437,8 @@ class Vocab:
             ids = ids.tolist()
         words = []
         for i in ids:
-            if not 0 <= i < len(self.itos):
-                raise IndexError(f"id {i} is outside the vocabulary [0, {len(self.itos) - 1}]")
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.itos):
+                raise IndexError(f"id {i!r} is outside the vocabulary [0, {len(self.itos) - 1}]")
             if strip_special:
                 if i == EOS_ID:
                     break
@@ -332,25 +448,51 @@ class Vocab:
         return " ".join(words)
 
     def to_dict(self) -> dict:
-        """A plain dict (lists of str) that `torch.save` stores and `weights_only` loads."""
+        """The table as plain JSON data: {"itos": [every token, in id order]}."""
         return {"itos": list(self.itos)}
 
     @classmethod
     def from_dict(cls, state: dict) -> "Vocab":
-        """Inverse of to_dict."""
-        itos = list(state["itos"])
+        """The inverse of to_dict.
+
+        Args:
+            state: {"itos": [the tokens in id order, the four special tokens first]}.
+
+        Returns:
+            The Vocab.
+
+        Raises:
+            ValueError: state is not such a dict, or its tokens are not distinct strings
+                starting with the special tokens.
+        """
+        itos = state.get("itos") if isinstance(state, dict) else None
+        if not isinstance(itos, list) or not all(isinstance(word, str) for word in itos):
+            raise ValueError(f'a vocabulary must be {{"itos": [str, ...]}}, got {str(state)[:60]}')
         if tuple(itos[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
             raise ValueError(f"a vocabulary must start with {SPECIAL_TOKENS}, got {itos[:4]}")
+        if len(set(itos)) != len(itos):
+            raise ValueError("a vocabulary's tokens must be distinct, got repeats: "
+                             f"{sorted(w for w, n in Counter(itos).items() if n > 1)[:5]}")
         return cls(itos[len(SPECIAL_TOKENS):])
 
 # %% chapters/09_training.ipynb, cell 22
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
-    """B lists of ids -> LongTensor [B, T], T = the longest, right-padded with `pad_id`.
+    """Pad B lists of ids on the right into one LongTensor [B, T], T the longest.
 
-    Raises ValueError for an empty batch or an empty sequence.
+    Args:
+        seqs: B non-empty sequences of ids.
+        pad_id: the id that fills the rest of each row, >= 0 (default PAD_ID, 0).
+
+    Returns:
+        The ids, [B, T], dtype long.
+
+    Raises:
+        ValueError: seqs is empty, one of its sequences is empty, or pad_id is not a
+            non-negative integer.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
+    _check_int("pad_id", pad_id, 0)
     if len(seqs) == 0:
         raise ValueError("seqs must hold at least one sequence, got an empty batch")
     lengths = [len(s) for s in seqs]
@@ -364,7 +506,17 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
 
 def collate(batch: Sequence[tuple[Sequence[int], Sequence[int]]],
             pad_id: int = PAD_ID) -> tuple[Tensor, Tensor]:
-    """B (source ids, target ids) pairs -> (src [B, S], tgt [B, T]), each padded on the right.
+    """Pad B (source ids, target ids) pairs into (src [B, S], tgt [B, T]).
+
+    Args:
+        batch: B pairs of non-empty id sequences.
+        pad_id: the padding id (default PAD_ID, 0).
+
+    Returns:
+        (src [B, S], tgt [B, T]), each padded on the right.
+
+    Raises:
+        ValueError: the batch or a sequence is empty, or pad_id is not a non-negative integer.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -375,23 +527,43 @@ def collate(batch: Sequence[tuple[Sequence[int], Sequence[int]]],
 
 def make_batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Vocab,
                  batch_size: int = 64, shuffle: bool = False, seed: int = 0,
-                 max_len: int | None = MAX_WORDS + 2) -> list[tuple[Tensor, Tensor]]:
-    """Encode and batch (English, Chinese) pairs: a list of (src [B, S], tgt [B, T]).
+                 max_len: int | None = None, pad_id: int = PAD_ID) -> list[tuple[Tensor, Tensor]]:
+    """Encode and batch (English, Chinese) pairs.
 
-    Both sides are `<bos> ... <eos>`, right-padded with PAD_ID (0). With shuffle=True the
-    order is a permutation drawn from `seed` (use a new seed each epoch). Raises
-    ValueError for an empty sentence or one longer than `max_len` tokens.
+    Both sides are `<bos> ... <eos>`, right-padded with pad_id.
+
+    Args:
+        pairs: (source text, target text) pairs, at least one.
+        src_vocab: encodes the source texts.
+        tgt_vocab: encodes the target texts.
+        batch_size: pairs per batch, > 0 (default 64); the last batch may be smaller.
+        shuffle: batch in a random order drawn from seed (default False: in order).
+        seed: the seed of the shuffle (use a new one each epoch).
+        max_len: the most ids a sentence may have, specials included (default None: no
+            limit; pass the model's max_len).
+        pad_id: the padding id (default PAD_ID, 0; pass the model's pad_id).
+
+    Returns:
+        A list of (src [B, S], tgt [B, T]) LongTensors.
+
+    Raises:
+        ValueError: pairs is empty, a sentence is empty, holds a special token's string
+            or is longer than max_len, or an argument is out of range.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
+    _check_int("batch_size", batch_size)
+    _check_bool("shuffle", shuffle)
+    _check_int("seed", seed, 0)
+    _check_int("pad_id", pad_id, 0)
+    if len(pairs) == 0:
+        raise ValueError("pairs must hold at least one (source, target) pair, got none")
     encoded = [(src_vocab.encode(en, max_len=max_len), tgt_vocab.encode(zh, max_len=max_len))
                for en, zh in pairs]
     order = list(range(len(encoded)))
     if shuffle:
         random.Random(seed).shuffle(order)
-    return [collate([encoded[i] for i in order[start:start + batch_size]])
+    return [collate([encoded[i] for i in order[start:start + batch_size]], pad_id)
             for start in range(0, len(order), batch_size)]
 
-__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "MAX_WORDS", "Grammar", "HELD_OUT_COMBINATIONS", "sample_pair", "generate_corpus", "is_held_out", "CorpusSplit", "split_corpus", "tokenize", "Vocab", "pad_sequences", "collate", "make_batches"]
+__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "MAX_WORDS", "Grammar", "HELD_OUT_COMBINATIONS", "sample_pair", "generate_corpus", "is_held_out", "CorpusSplit", "split_corpus", "PUNCTUATION", "SENTENCE_END", "tokenize", "Vocab", "pad_sequences", "collate", "make_batches"]

@@ -2,13 +2,14 @@
 """Generation: greedy, sampling, beam search and the KV cache: the code that chapter 10 builds."""
 
 # %% chapters/10_generation.ipynb, cell 16
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.masks import padding_mask
 
 
@@ -18,6 +19,12 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
 
     Each submodule gets back its own `training` flag, so a model that was (partly)
     in training mode before is exactly as it was afterwards, even after an error.
+
+    Args:
+        model: the model to switch to eval mode.
+
+    Yields:
+        The model, in eval mode, under torch.no_grad().
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
@@ -31,10 +38,30 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
             module.training = mode
 
 
-def _check_src(src: Tensor) -> None:
-    if not isinstance(src, Tensor) or src.dim() != 2 or src.dtype != torch.long:
-        got = tuple(src.shape) if isinstance(src, Tensor) else type(src).__name__
-        raise ValueError(f"src must be a LongTensor of token ids [batch, src_len], got {got}")
+def _check_src(model: nn.Module, src: object) -> Tensor:
+    """src if it is token ids [batch >= 1, src_len >= 1] with a real token in every row."""
+    _check_token_ids("src", src)
+    if src.dim() != 2 or src.size(0) == 0 or src.size(1) == 0:
+        raise ValueError(f"src must be token ids [batch, src_len] with batch >= 1 and src_len >= 1, "
+                         f"got shape {tuple(src.shape)}")
+    empty = (src == model.pad_id).all(dim=1)  # [B]: rows without a real token
+    if bool(empty.any()):
+        raise ValueError(f"src row {int(empty.nonzero()[0])} holds only padding (pad_id={model.pad_id}): "
+                         "an empty source has nothing to translate")
+    return src
+
+
+def _source_mask(model: nn.Module, src: Tensor, src_mask: Tensor | None) -> Tensor:
+    """src_mask, checked, or the model's padding mask of src: bool [B, 1, 1, S], True = may attend."""
+    if src_mask is None:
+        return model.make_src_mask(src)
+    expected = (src.size(0), 1, 1, src.size(1))
+    if not isinstance(src_mask, Tensor) or src_mask.dtype != torch.bool or tuple(src_mask.shape) != expected:
+        got = (f"{src_mask.dtype} {tuple(src_mask.shape)}" if isinstance(src_mask, Tensor)
+               else type(src_mask).__name__)
+        raise ValueError(f"src_mask must be a bool tensor of shape {expected} [batch, 1, 1, src_len] "
+                         f"(True = may attend), got {got}")
+    return src_mask
 
 
 def _check_length(model: nn.Module, max_new_tokens: int | None) -> int:
@@ -42,80 +69,189 @@ def _check_length(model: nn.Module, max_new_tokens: int | None) -> int:
     limit = getattr(model, "max_len", None)  # positions, <bos> included
     if max_new_tokens is None:
         return 50 if limit is None else limit - 1
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    _check_int("max_new_tokens", max_new_tokens)
     if limit is not None and max_new_tokens + 1 > limit:
         raise ValueError(
             f"max_new_tokens={max_new_tokens} plus <bos> exceeds the model's max_len={limit}"
         )
     return max_new_tokens
 
-# %% chapters/10_generation.ipynb, cell 22
-class IncrementalDecoder:
-    """Next-token logits for a growing target prefix, with or without a KV cache.
 
-    memory: [batch, src_len, d_model], the encoder output (computed once);
-    src_mask: bool [batch, 1, 1, src_len], True = may attend. Call it with the whole
-    prefix so far, tokens [batch, t], to get logits [batch, tgt_vocab] for position t.
-    With use_cache, only the positions it has not seen yet go through the decoder:
-    self-attention keys/values come from per-layer caches ([batch, heads, t, d_head]),
-    cross-attention keys/values are computed on the first call and then reused.
+def _blocked_logits(model: nn.Module, bos_id: int, eos_id: int | None, device: torch.device) -> Tensor:
+    """Check the special ids; return [V], -inf at <pad> and <bos> and 0 elsewhere, to add to logits."""
+    vocab = model.generator.out_features  # the target vocabulary
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if (value is not None or name == "bos_id") and _check_int(name, value, 0) >= vocab:
+            raise ValueError(f"{name} must be a token id in [0, {vocab - 1}] (the model's target "
+                             f"vocabulary), got {value}")
+    if bos_id == model.pad_id:
+        raise ValueError(f"bos_id must differ from the model's pad_id, got {bos_id} for both")
+    if eos_id in (bos_id, model.pad_id):
+        raise ValueError(f"eos_id must differ from bos_id ({bos_id}) and pad_id ({model.pad_id}): "
+                         f"decoders never write those, got eos_id={eos_id}")
+    if vocab <= 2:
+        raise ValueError(f"the model's target vocabulary ({vocab} ids) has no token besides <pad> "
+                         "and <bos>: there is nothing to write")
+    block = torch.zeros(vocab, device=device)
+    block[[model.pad_id, bos_id]] = -math.inf  # decoders never write <pad> or <bos>
+    return block
+
+# %% chapters/10_generation.ipynb, cell 22
+class KVCache(dict):
+    """The self-attention keys and values of one layer, in buffers allocated once.
+
+    `append(k, v)` writes the new positions in place after the cached ones and returns
+    views of every position so far: nothing earlier is copied. MultiHeadAttention
+    (chapter 05) calls it when its cache has it, and stores the views under "k" and
+    "v", as for a plain dict cache.
+
+    Args:
+        capacity: the most positions it will hold, > 0 (the buffers' time axis).
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
 
-    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool = True):
-        self.model, self.memory, self.src_mask, self.use_cache = model, memory, src_mask, use_cache
-        # One cache per decoder layer, filled by the layers themselves.
-        self.caches = [{"self": {}, "cross": {}} for _ in model.decoder.layers] if use_cache else None
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = _check_int("capacity", capacity)
+        self.length = 0  # positions filled
+        self.k_buffer: Tensor | None = None  # [batch, heads, capacity, d_head], made by the first append
+        self.v_buffer: Tensor | None = None
+
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the keys and values of new positions; return those of every position so far.
+
+        Args:
+            k: keys [batch, heads, n, d_head] of n new positions.
+            v: values [batch, heads, n, d_head].
+
+        Returns:
+            (keys, values), each a view [batch, heads, length, d_head] of the buffers.
+
+        Raises:
+            ValueError: the new positions do not fit in the capacity.
+        """
+        n = k.size(2)
+        if self.length + n > self.capacity:
+            raise ValueError(f"the cache holds {self.capacity} positions; {self.length} are filled, "
+                             f"{n} more do not fit")
+        if self.k_buffer is None:  # allocated once, for the longest output
+            shape = (k.size(0), k.size(1), self.capacity, k.size(3))
+            self.k_buffer, self.v_buffer = k.new_empty(shape), v.new_empty(shape)
+        self.k_buffer[:, :, self.length:self.length + n] = k  # written in place
+        self.v_buffer[:, :, self.length:self.length + n] = v
+        self.length += n
+        return self.k_buffer[:, :, :self.length], self.v_buffer[:, :, :self.length]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index`, in that order (beam search's survivors).
+
+        Args:
+            index: the rows to keep, a LongTensor [new_batch].
+        """
+        if self.k_buffer is not None:
+            self.k_buffer = self.k_buffer.index_select(0, index)
+            self.v_buffer = self.v_buffer.index_select(0, index)
+            self["k"], self["v"] = self.k_buffer[:, :, :self.length], self.v_buffer[:, :, :self.length]
+        else:  # filled as a plain dict, by an attention module that does not call append
+            for name, tensor in self.items():
+                self[name] = tensor.index_select(0, index)
+
+
+class IncrementalDecoder:
+    """Next-token logits for a growing target prefix, with or without a KV cache.
+
+    Call it with the whole prefix so far, tokens [batch, t], to get the logits
+    [batch, tgt_vocab] for position t. With use_cache, only the positions it has not
+    seen yet go through the decoder: the self-attention keys and values of earlier
+    positions come from per-layer KVCaches, and the cross-attention keys and values
+    are computed on the first call and then reused.
+
+    Args:
+        model: an encoder-decoder model with `decode(tgt, memory, src_mask, tgt_mask,
+            caches, start)` and `pad_id` (a chapter-08 Transformer).
+        memory: the encoder output [batch, src_len, d_model], computed once.
+        src_mask: bool [batch, 1, 1, src_len], True = may attend.
+        use_cache: keep keys and values between calls (default True).
+        capacity: the most target positions the caches will hold, <bos> included
+            (default: the model's max_len).
+
+    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    """
+
+    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool = True,
+                 capacity: int | None = None):
+        self.model, self.memory, self.src_mask = model, memory, src_mask
+        self.use_cache = _check_bool("use_cache", use_cache)
+        capacity = model.max_len if capacity is None else _check_int("capacity", capacity)
+        # One cache per decoder layer: "self" grows by a position per step, "cross" is filled once.
+        self.caches = ([{"self": KVCache(capacity), "cross": {}} for _ in model.decoder.layers]
+                       if use_cache else None)
         self.seen = 0  # target positions already in the caches
 
     def __call__(self, tokens: Tensor) -> Tensor:
-        """tokens [batch, t] (the whole prefix) -> logits [batch, tgt_vocab] for the next token."""
+        """Score the next token after each prefix.
+
+        Args:
+            tokens: the prefixes so far [batch, t] (the first call's t may be > 1).
+
+        Returns:
+            Logits [batch, tgt_vocab] for position t.
+        """
         if not self.use_cache:  # recompute every position, keep the last
             return self.model.decode(tokens, self.memory, self.src_mask)[:, -1]
         new = tokens[:, self.seen:]  # [batch, n]: positions the caches have not seen
         n, total = new.size(1), tokens.size(1)
-        # New query i sits at position seen + i: it may see keys 0 .. seen + i.
-        causal = torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)
-        tgt_mask = padding_mask(tokens, self.model.pad_id) & causal  # [batch, 1, n, total]
+        tgt_mask = padding_mask(tokens, self.model.pad_id)  # [batch, 1, 1, total]: real keys
+        if n > 1:  # new query i sits at position seen + i: it may see keys 0 .. seen + i
+            tgt_mask = tgt_mask & torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)
         logits = self.model.decode(new, self.memory, self.src_mask, tgt_mask,
                                    caches=self.caches, start=self.seen)  # [batch, n, V]
         self.seen = total
         return logits[:, -1]
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep the batch rows `index` [new_batch], in that order (beam search's survivors)."""
-        self.memory = self.memory.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Keep the batch rows `index` [new_batch], in that order (beam search's survivors).
+
+        Args:
+            index: the rows to keep, a LongTensor [new_batch].
+            cross: also reorder what depends only on the source (memory, src_mask, the
+                cross-attention keys and values); beam search passes False, since all
+                the hypotheses of one source share them (default True).
+        """
+        if cross:
+            self.memory = self.memory.index_select(0, index)
+            self.src_mask = self.src_mask.index_select(0, index)
         for cache in self.caches or []:
-            for part in cache.values():  # "self" and "cross"
-                for name, tensor in part.items():  # "k" and "v": [batch, heads, T, d_head]
-                    part[name] = tensor.index_select(0, index)
+            cache["self"].reorder(index)
+            if cross:
+                for name, tensor in cache["cross"].items():  # "k" and "v": [batch, heads, S, d_head]
+                    cache["cross"][name] = tensor.index_select(0, index)
 
 # %% chapters/10_generation.ipynb, cell 24
 def _autoregressive(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor],
                     bos_id: int, eos_id: int | None, max_new_tokens: int | None,
                     use_cache: bool, src_mask: Tensor | None) -> Tensor:
     """The loop of greedy decoding and sampling; `choose` maps logits [B, V] to ids [B]."""
-    _check_src(src)
+    _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
+    _check_bool("use_cache", use_cache)
+    block = _blocked_logits(model, bos_id, eos_id, src.device)  # [V]: -inf at <pad>, <bos>
     with eval_mode(model):
-        if src_mask is None:
-            src_mask = model.make_src_mask(src)  # [B, 1, 1, S], True = may attend
+        src_mask = _source_mask(model, src, src_mask)  # [B, 1, 1, S], True = may attend
         memory = model.encode(src, src_mask)  # [B, S, d_model]: once per source
-        step = IncrementalDecoder(model, memory, src_mask, use_cache)
+        step = IncrementalDecoder(model, memory, src_mask, use_cache, capacity=1 + max_new_tokens)
         batch = src.size(0)
-        tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)
+        tokens = torch.full((batch, 1 + max_new_tokens), model.pad_id, dtype=torch.long, device=src.device)
+        tokens[:, 0] = bos_id
         done = torch.zeros(batch, dtype=torch.bool, device=src.device)
-        for _ in range(max_new_tokens):
-            next_id = choose(step(tokens))  # [B]
-            next_id = next_id.masked_fill(done, model.pad_id)  # a finished row gets padding
-            tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # [B, t + 1]
+        for t in range(1, 1 + max_new_tokens):
+            next_id = choose(step(tokens[:, :t]) + block)  # [B], never <pad> or <bos>
+            tokens[:, t] = next_id.masked_fill(done, model.pad_id)  # a finished row gets padding
             if eos_id is not None:
                 done |= next_id == eos_id
                 if bool(done.all()):
-                    break
+                    return tokens[:, :t + 1].contiguous()
     return tokens
 
 
@@ -124,13 +260,31 @@ def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
                   src_mask: Tensor | None = None) -> Tensor:
     """Translate a batch by taking the most likely token at every step.
 
-    src: [batch, src_len] token ids (padded with model.pad_id). Returns [batch, 1 + n]:
-    `<bos>`, the generated ids, and after its own `<eos>` each row holds model.pad_id;
-    n <= max_new_tokens (default None: as many as model.max_len allows; the loop stops
-    when every row has ended). eos_id=None never
-    stops early (benchmarks use it to force a length). use_cache: reuse the decoder's
-    keys and values between steps (same tokens, less work). The model's train/eval
-    modes are restored afterwards.
+    Never writes `<pad>` or `<bos>`. The model's train/eval modes are restored afterwards.
+
+    Args:
+        model: an encoder-decoder model (a chapter-08 Transformer).
+        src: source ids [batch, src_len], padded with model.pad_id; every row holds at
+            least one real token.
+        bos_id: the id that starts every output.
+        eos_id: the id that ends a row, or None never to stop early (benchmarks use it
+            to force a length). Must differ from bos_id and model.pad_id.
+        max_new_tokens: the most tokens to generate, > 0 (default None: as many as
+            model.max_len allows).
+        use_cache: reuse the decoder's keys and values between steps (same tokens, less
+            work; default True).
+        src_mask: bool [batch, 1, 1, src_len], True = may attend (default: the padding
+            mask of src).
+
+    Returns:
+        Ids [batch, 1 + n], n <= max_new_tokens: `<bos>`, the generated ids, and after its
+        own `<eos>` each row holds model.pad_id. The loop stops when every row has ended.
+
+    Raises:
+        TypeError: src is not an integer tensor.
+        ValueError: an argument is out of range (the message names it): src empty or a
+            row only padding, a special id outside the vocabulary or equal to another,
+            max_new_tokens < 1 or beyond max_len, use_cache not a bool, a bad src_mask.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
@@ -138,24 +292,40 @@ def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
                            max_new_tokens, use_cache, src_mask)
 
 # %% chapters/10_generation.ipynb, cell 42
+def _check_top_p(top_p: object) -> float:
+    """top_p as a float if it lies in (0, 1], else a ValueError naming it."""
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
+    return float(top_p)
+
+
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Set to -inf the logits of tokens outside the top-k and outside the top-p nucleus.
 
-    logits: [..., vocab] -> same shape. top_k keeps the k largest logits (ties with
-    the k-th are kept too); top_p keeps the smallest set of most likely tokens whose
-    probability reaches p. The most likely token always survives. Apply the
-    temperature before filtering: top-p depends on it.
+    The most likely token always survives. Apply the temperature before filtering:
+    top-p depends on it.
+
+    Args:
+        logits: scores [..., vocab].
+        top_k: keep the k largest logits of each row (ties with the k-th are kept too),
+            k > 0; None keeps all (default).
+        top_p: keep the smallest set of most likely tokens whose probability reaches p,
+            p in (0, 1]; None keeps all (default).
+
+    Returns:
+        The filtered logits, same shape (a new tensor).
+
+    Raises:
+        ValueError: top_k is not a positive integer, or top_p is not in (0, 1].
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
     if top_k is not None:
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+        _check_int("top_k", top_k)
         kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[..., -1:]  # [..., 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        top_p = _check_top_p(top_p)
         sorted_logits, order = logits.sort(dim=-1, descending=True)  # [..., vocab]
         probs = sorted_logits.softmax(dim=-1)
         # Drop a token when the tokens ranked above it already reach p.
@@ -172,13 +342,40 @@ def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
     """Translate a batch by sampling each token from softmax(logits / temperature).
 
     Optionally restricted to the top-k tokens and/or the top-p nucleus (see
-    `filter_logits`). Pass a seeded `torch.Generator` for a reproducible draw.
-    src: [batch, src_len]; returns [batch, 1 + n] ids laid out as `greedy_decode`'s.
+    `filter_logits`); never writes `<pad>` or `<bos>`.
+
+    Args:
+        model: an encoder-decoder model (a chapter-08 Transformer).
+        src: source ids [batch, src_len], as for greedy_decode.
+        bos_id: the id that starts every output.
+        eos_id: the id that ends a row, or None never to stop early.
+        max_new_tokens: the most tokens to generate (default None: as many as
+            model.max_len allows).
+        temperature: divides the logits, > 0 and finite (default 1.0); greedy decoding
+            is the limit T -> 0.
+        top_k: sample among the k most likely tokens only (default None: all).
+        top_p: sample within the top-p nucleus only, p in (0, 1] (default None: all).
+        generator: a seeded torch.Generator for a reproducible draw (default None: the
+            global one).
+        use_cache: reuse the decoder's keys and values between steps (default True).
+        src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
+
+    Returns:
+        Ids [batch, 1 + n], laid out as greedy_decode's.
+
+    Raises:
+        TypeError: src is not an integer tensor, or generator is not a torch.Generator.
+        ValueError: an argument is out of range (the message names it).
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (greedy_decode is the limit T -> 0), got {temperature!r}")
+    _check_float("temperature", temperature, 0.0, low_closed=False)
+    if top_k is not None:
+        _check_int("top_k", top_k)
+    if top_p is not None:
+        _check_top_p(top_p)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
 
     def choose(logits: Tensor) -> Tensor:  # [B, V] -> [B]
         probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
@@ -188,13 +385,24 @@ def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
 
 # %% chapters/10_generation.ipynb, cell 48
 def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
-    """GNMT's length penalty ((5 + |y|) / 6) ** alpha, elementwise for lengths of any shape.
+    """GNMT's length penalty ((5 + |y|) / 6) ** alpha, elementwise.
 
     A hypothesis is ranked by log P(y|x) / length_penalty(|y|); alpha = 0 ranks by
     log-probability alone, which favours short outputs.
 
+    Args:
+        length: the numbers of generated tokens |y|, a tensor of any shape.
+        alpha: the exponent, >= 0 and finite (default 0.6, the paper's).
+
+    Returns:
+        The penalties, float, the shape of length.
+
+    Raises:
+        ValueError: alpha is negative, NaN or infinite.
+
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
+    _check_float("alpha", alpha, 0.0)
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 
@@ -202,18 +410,45 @@ def sequence_scores(model: nn.Module, src: Tensor, tgt: Tensor, alpha: float = 0
                     src_mask: Tensor | None = None) -> Tensor:
     """Length-normalised log-probability log P(tgt|src) / length_penalty(|tgt|) of each target.
 
-    src: [batch, src_len]; tgt: [batch, 1 + n] as the decoders return it (`<bos>`
-    first, padding after `<eos>`). One teacher-forced pass. Returns scores [batch].
+    One teacher-forced pass; the score beam search ranks by.
+
+    Args:
+        model: an encoder-decoder model (a chapter-08 Transformer).
+        src: source ids [batch, src_len], as for greedy_decode.
+        tgt: outputs [batch, 1 + n] as the decoders return them: `<bos>` first, then at
+            least one generated token, then only padding (model.pad_id) after `<eos>`.
+        alpha: the length penalty's exponent, >= 0 (default 0.6).
+        src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
+
+    Returns:
+        Scores [batch], float.
+
+    Raises:
+        TypeError: src or tgt is not an integer tensor.
+        ValueError: tgt is not [batch, 1 + n] with n >= 1, a row has no generated token
+            or a token after padding, or another argument is out of range.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    _check_src(src)
+    _check_src(model, src)
+    _check_float("alpha", alpha, 0.0)
+    _check_token_ids("tgt", tgt)
+    if tgt.dim() != 2 or tgt.size(0) != src.size(0) or tgt.size(1) < 2:
+        raise ValueError(f"tgt must be [batch={src.size(0)}, 1 + n] with n >= 1 (<bos> then the generated "
+                         f"tokens), got shape {tuple(tgt.shape)}")
+    real = tgt[:, 1:] != model.pad_id  # [B, n]: generated tokens, <eos> included
+    empty = ~real.any(dim=1)
+    if bool(empty.any()):
+        raise ValueError(f"tgt row {int(empty.nonzero()[0])} has no generated token: an empty output "
+                         "has no score (the decoders never produce one)")
+    gaps = (real[:, 1:] & ~real[:, :-1]).any(dim=1)  # a real token after padding
+    if bool(gaps.any()):
+        raise ValueError(f"tgt row {int(gaps.nonzero()[0])} has a token after padding; padding may "
+                         "only follow the output")
     with eval_mode(model):
-        if src_mask is None:
-            src_mask = model.make_src_mask(src)
+        src_mask = _source_mask(model, src, src_mask)
         logits = model.decode(tgt[:, :-1], model.encode(src, src_mask), src_mask)  # [B, n, V]
-        logp = logits.float().log_softmax(dim=-1).gather(-1, tgt[:, 1:, None]).squeeze(-1)
-        real = tgt[:, 1:] != model.pad_id  # [B, n]: generated tokens, <eos> included
+        logp = logits.float().log_softmax(dim=-1).gather(-1, tgt[:, 1:, None]).squeeze(-1)  # [B, n]
         total = (logp * real).sum(dim=-1)  # [B]
     return total / length_penalty(real.sum(dim=-1), alpha)
 
@@ -223,90 +458,132 @@ def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_si
                 keep_greedy: bool = True, src_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Beam search with GNMT's length penalty (the paper: beam_size 4, alpha 0.6).
 
-    src: [batch, src_len]. Keeps, for each source, the `beam_size` best hypotheses
-    under log P / length_penalty; a finished hypothesis stays in the beam with its
-    score frozen. Returns (tokens [batch, 1 + n] laid out as `greedy_decode`'s, scores
-    [batch] from `sequence_scores`). With keep_greedy (default) the greedy translation
-    competes too, so the score is never below greedy decoding's; beam_size=1 is greedy.
+    Keeps, for each source, the `beam_size` best hypotheses under
+    log P / length_penalty; a finished hypothesis stays in the beam with its score
+    frozen. Never writes `<pad>` or `<bos>`; beam_size=1 is greedy decoding.
+
+    Args:
+        model: an encoder-decoder model (a chapter-08 Transformer).
+        src: source ids [batch, src_len], as for greedy_decode.
+        bos_id: the id that starts every output.
+        eos_id: the id that ends a hypothesis (not bos_id or model.pad_id).
+        beam_size: hypotheses kept per source, > 0 (default 4).
+        alpha: the length penalty's exponent, >= 0 and finite (default 0.6).
+        max_new_tokens: the most tokens to generate, > 0 (default None: as many as
+            model.max_len allows).
+        use_cache: reuse the decoder's keys and values between steps (default True).
+        keep_greedy: also follow the greedy hypothesis in one extra row per source and
+            return it when it scores higher, so that the score is never below greedy
+            decoding's (default True).
+        src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
+
+    Returns:
+        (tokens [batch, 1 + n] laid out as greedy_decode's, scores [batch]): the best
+        hypothesis of each source and its score, as sequence_scores computes it.
+
+    Raises:
+        TypeError: src is not an integer tensor.
+        ValueError: an argument is out of range (the message names it).
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    _check_src(src)
+    _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive integer, got {beam_size!r}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha!r}")
+    _check_int("beam_size", beam_size)
+    _check_float("alpha", alpha, 0.0)
+    _check_bool("use_cache", use_cache)
+    _check_bool("keep_greedy", keep_greedy)
+    if eos_id is None:
+        raise ValueError("eos_id must be a token id: beam search ranks finished hypotheses")
+    block = _blocked_logits(model, bos_id, eos_id, src.device)  # [V]: -inf at <pad>, <bos>
     batch, k, device = src.size(0), beam_size, src.device
+    rows = k + (keep_greedy and k > 1)  # R rows per source: the beam, then the greedy row
     with eval_mode(model):
-        if src_mask is None:
-            src_mask = model.make_src_mask(src)
+        src_mask = _source_mask(model, src, src_mask)
         memory = model.encode(src, src_mask)  # [B, S, d]: once per source, then ...
-        step = IncrementalDecoder(model, memory.repeat_interleave(k, 0),  # ... [B*k, S, d]
-                                  src_mask.repeat_interleave(k, 0), use_cache)
-        tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
-        logp = torch.zeros(batch, k, device=device)  # log P of each hypothesis so far
-        logp[:, 1:] = float("-inf")  # the k start identical: expand only the first
-        length = torch.zeros(batch, k, dtype=torch.long, device=device)
-        done = torch.zeros(batch, k, dtype=torch.bool, device=device)
-        offsets = torch.arange(batch, device=device)[:, None] * k  # [B, 1]
+        step = IncrementalDecoder(model, memory.repeat_interleave(rows, 0),  # ... [B*R, S, d]
+                                  src_mask.repeat_interleave(rows, 0), use_cache, 1 + max_new_tokens)
+        tokens = torch.full((batch * rows, 1 + max_new_tokens), model.pad_id, dtype=torch.long, device=device)
+        tokens[:, 0] = bos_id
+        logp = torch.zeros(batch, rows, device=device)  # log P of each hypothesis so far
+        logp[:, 1:k] = -math.inf  # the k beam rows start identical: expand only the first
+        length = torch.zeros(batch, rows, dtype=torch.long, device=device)
+        done = torch.zeros(batch, rows, dtype=torch.bool, device=device)
+        offsets = torch.arange(batch, device=device)[:, None] * rows  # [B, 1]
+        frozen = torch.full_like(block, -math.inf)
+        frozen[model.pad_id] = 0.0  # a finished hypothesis has one continuation, padding, at no cost
         max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
-        for _ in range(max_new_tokens):
-            step_logp = step(tokens).float().log_softmax(dim=-1)  # [B*k, V]
-            vocab = step_logp.size(-1)
-            step_logp = step_logp.view(batch, k, vocab)
-            # A finished hypothesis has one continuation, padding, at no cost.
-            frozen = torch.full((vocab,), float("-inf"), device=device)
-            frozen[model.pad_id] = 0.0
-            step_logp = torch.where(done[..., None], frozen, step_logp)
-            cand_logp = logp[..., None] + step_logp  # [B, k, V]
-            cand_len = length + (~done).long()  # [B, k]
-            cand_score = cand_logp / length_penalty(cand_len, alpha)[..., None]
-            best = cand_score.view(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
-            beam, token = best // vocab, best % vocab  # which hypothesis, which next token
-            logp = cand_logp.view(batch, k * vocab).gather(-1, best)
-            length = cand_len.gather(-1, beam)
-            done = done.gather(-1, beam) | (token == eos_id)
-            rows = (offsets + beam).view(-1)  # [B*k]: the surviving hypotheses' rows
-            tokens = torch.cat([tokens[rows], token.view(-1, 1)], dim=1)
-            step.reorder(rows)
+        for t in range(1, 1 + max_new_tokens):
+            logits = step(tokens[:, :t]).float().view(batch, rows, -1)  # [B, R, V]
+            vocab = logits.size(-1)
+            step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
+            cand_logp = logp[..., None] + step_logp  # [B, R, V]
+            cand_len = length + (~done).long()  # [B, R]
+            cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
+            best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
+            parent, token = best // vocab, best % vocab  # which hypothesis, which next token
+            if rows > k:  # the greedy row: its own most likely token (padding once finished)
+                greedy = torch.where(done[:, k], model.pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
+                parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
+                token = torch.cat([token, greedy[:, None]], dim=1)
+            logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
+            length = cand_len.gather(-1, parent)
+            done = done.gather(-1, parent) | (token == eos_id)
+            survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
+            tokens = tokens.index_select(0, survivors)
+            tokens[:, t] = token.view(-1)
+            step.reorder(survivors, cross=False)  # the rows of a source share their source
             if bool(done.all()):
                 break
             # Can an unfinished hypothesis still overtake the best finished one?
-            finished = torch.where(done, logp / length_penalty(length, alpha), float("-inf"))
-            ceiling = torch.where(done, float("-inf"), logp / max_lp)
+            finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
+            ceiling = torch.where(done, -math.inf, logp / max_lp)
             if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all()):
                 break
-        final = logp / length_penalty(length, alpha)  # [B, k]
-        result = tokens[offsets.squeeze(1) + final.argmax(dim=-1)]  # [B, 1 + n]
-        scores = sequence_scores(model, src, result, alpha, src_mask)
-        if keep_greedy and k > 1:
-            greedy = greedy_decode(model, src, bos_id, eos_id, max_new_tokens, use_cache, src_mask)
-            greedy_scores = sequence_scores(model, src, greedy, alpha, src_mask)
-            better = greedy_scores > scores  # [B]
-            width = max(result.size(1), greedy.size(1))
-            result = torch.where(better[:, None],
-                                 F.pad(greedy, (0, width - greedy.size(1)), value=model.pad_id),
-                                 F.pad(result, (0, width - result.size(1)), value=model.pad_id))
-            scores = torch.where(better, greedy_scores, scores)
+        final = logp / length_penalty(length, alpha)  # [B, R]
+        scores, best_row = final.max(dim=-1)  # [B]
+        result = tokens[offsets.squeeze(1) + best_row, : t + 1]  # [B, 1 + n]
         used = (result != model.pad_id).any(dim=0).nonzero()  # drop all-padding columns
-        result = result[:, : int(used.max()) + 1]
-    return result, scores
+    return result[:, : int(used.max()) + 1], scores
 
-# %% chapters/10_generation.ipynb, cell 61
+# %% chapters/10_generation.ipynb, cell 60
+import inspect
+
+
 def cross_attention_weights(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
     """Cross-attention weights of every decoder layer while the decoder reads tgt.
 
-    src: [batch, src_len]; tgt: [batch, tgt_len], the decoder input (teacher forcing).
-    Returns [layers, batch, heads, tgt_len, src_len]: row t says where in the source
-    the decoder looked while predicting the token that follows tgt[:, t].
+    Forward hooks on each layer's cross-attention record its weights during one
+    teacher-forced pass (asking the module for them with need_weights=True where its
+    forward takes that argument).
+
+    Args:
+        model: an encoder-decoder model whose `decoder.layers` have a `cross_attn`.
+        src: source ids [batch, src_len], as for greedy_decode.
+        tgt: the decoder input [batch, tgt_len] (teacher forcing).
+
+    Returns:
+        Weights [layers, batch, heads, tgt_len, src_len]: row t says where in the source
+        the decoder looked while predicting the token that follows tgt[:, t].
+
+    Raises:
+        TypeError: src is not an integer tensor.
+        ValueError: src is empty, or a row of it only padding.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    _check_src(src)
+    _check_src(model, src)
     found: list[Tensor] = []
-    hooks = [layer.cross_attn.register_forward_hook(lambda _m, _i, out: found.append(out[1]))
-             for layer in model.decoder.layers]
+
+    def ask_for_weights(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if "need_weights" in inspect.signature(module.forward).parameters:
+            kwargs = {**kwargs, "need_weights": True}
+        return args, kwargs
+
+    hooks = []
+    for layer in model.decoder.layers:
+        hooks.append(layer.cross_attn.register_forward_pre_hook(ask_for_weights, with_kwargs=True))
+        hooks.append(layer.cross_attn.register_forward_hook(lambda _m, _i, out: found.append(out[1])))
     try:
         with eval_mode(model):
             model(src, tgt)
@@ -315,18 +592,25 @@ def cross_attention_weights(model: nn.Module, src: Tensor, tgt: Tensor) -> Tenso
             hook.remove()
     return torch.stack(found)
 
-# %% chapters/10_generation.ipynb, cell 67
+# %% chapters/10_generation.ipynb, cell 66
 from functools import lru_cache
 from pathlib import Path
 
 from transformer.data import BOS_ID, EOS_ID, Vocab, pad_sequences
-from transformer.training import TRANSLATOR_CHECKPOINT, load_checkpoint
+from transformer.training import (
+    SRC_VOCAB_FILE,
+    TGT_VOCAB_FILE,
+    TRANSLATOR_CHECKPOINT,
+    load_checkpoint,
+)
 
 
 class UnknownWordsError(ValueError):
     """A sentence holds words outside the translator's source vocabulary.
 
-    `words` lists them (each once, in order of appearance); the message names them.
+    Args:
+        words: the unknown words (each once, in order of appearance), kept as `.words`;
+            the message names them.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
@@ -343,8 +627,12 @@ class Translator:
     """A trained Transformer with its vocabularies: English text in, Chinese text out.
 
     translator("I love apples") -> "我 喜欢 苹果"; a list of sentences gives a list
-    (translated as one padded batch [batch, src_len]). Raises UnknownWordsError for
-    words outside the source vocabulary, ValueError for an empty or too long sentence.
+    (translated as one padded batch [batch, src_len]).
+
+    Args:
+        model: a trained encoder-decoder model (a chapter-08 Transformer).
+        src_vocab: the source vocabulary it was trained with.
+        tgt_vocab: the target vocabulary.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
@@ -353,16 +641,53 @@ class Translator:
         self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
 
     def encode(self, sentences: list[str]) -> Tensor:
-        """English sentences -> source ids [batch, src_len], padded; checks every word first."""
+        """Encode source sentences into ids [batch, src_len], padded with the model's pad_id.
+
+        Args:
+            sentences: the sentences; every word is checked before any is encoded.
+
+        Returns:
+            The ids [batch, src_len], `<bos> ... <eos>` per row.
+
+        Raises:
+            UnknownWordsError: a sentence holds words outside the source vocabulary.
+            ValueError: a sentence is empty, too long for the model, or holds a special
+                token's string such as `<eos>`.
+        """
         unknown = list(dict.fromkeys(w for s in sentences for w in self.src_vocab.unknown_words(s)))
         if unknown:
             raise UnknownWordsError(unknown)
         limit = getattr(self.model, "max_len", None)
-        return pad_sequences([self.src_vocab.encode(s, max_len=limit) for s in sentences])
+        return pad_sequences([self.src_vocab.encode(s, max_len=limit) for s in sentences], self.model.pad_id)
 
     def __call__(self, text: str | list[str], beam_size: int = 4, alpha: float = 0.6) -> str | list[str]:
-        """Translate one sentence (-> str) or a list of them (-> list[str])."""
-        sentences = [text] if isinstance(text, str) else list(text)
+        """Translate one sentence or a list of them.
+
+        Args:
+            text: a sentence (str), or a non-empty list of them.
+            beam_size: 1 for greedy decoding, more for beam search (default 4, the paper's).
+            alpha: beam search's length penalty (default 0.6).
+
+        Returns:
+            The translation (str), or a list of them for a list.
+
+        Raises:
+            TypeError: text is neither a str nor a list of str.
+            UnknownWordsError: a sentence holds words outside the vocabulary.
+            ValueError: a sentence cannot be encoded (see encode), the list is empty, or
+                beam_size or alpha is out of range.
+        """
+        if isinstance(text, str):
+            sentences = [text]
+        elif isinstance(text, (list, tuple)) and all(isinstance(s, str) for s in text):
+            sentences = list(text)
+        else:
+            raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}"
+                            + (" holding a non-str" if isinstance(text, (list, tuple)) else ""))
+        if not sentences:
+            raise ValueError("text must hold at least one sentence, got an empty list")
+        _check_int("beam_size", beam_size)
+        _check_float("alpha", alpha, 0.0)
         src = self.encode(sentences)  # [batch, src_len]
         max_new = min(2 * src.size(1) + 10, getattr(self.model, "max_len", 512) - 1)
         if beam_size == 1:
@@ -373,15 +698,30 @@ class Translator:
         return result[0] if isinstance(text, str) else result
 
 
-def load_translator(path: str | Path | None = None) -> Translator:
+def load_translator(directory: str | Path | None = None) -> Translator:
     """Load a translator from a checkpoint written by chapter 09's `save_checkpoint`.
 
-    path: default None, the translator shipped with the package
-    (transformer/checkpoints/translator.pt). Loads with torch.load(weights_only=True).
+    Nothing is unpickled (safetensors weights, JSON config and vocabularies).
+
+    Args:
+        directory: the checkpoint directory; None (default) loads the translator shipped
+            with the package (transformer/checkpoints/translator/).
+
+    Returns:
+        The Translator, its model in eval mode.
+
+    Raises:
+        FileNotFoundError: the directory or one of its files is missing.
+        ValueError: a file is malformed (the message names it), or the checkpoint has
+            no vocabularies.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    checkpoint = load_checkpoint(TRANSLATOR_CHECKPOINT if path is None else path)
+    directory = TRANSLATOR_CHECKPOINT if directory is None else Path(directory)
+    checkpoint = load_checkpoint(directory)
+    if checkpoint.src_vocab is None:
+        raise ValueError(f"{directory}: a model without vocabularies ({SRC_VOCAB_FILE}, {TGT_VOCAB_FILE}); "
+                         "a translator needs them: save it with save_checkpoint(..., src_vocab, tgt_vocab)")
     return Translator(checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab)
 
 
@@ -393,11 +733,23 @@ def _shipped_translator() -> Translator:
 def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
     """Translate English into Chinese with the shipped translator (loaded once, then reused).
 
-    translate("I love apples") -> "我 喜欢 苹果". Beam search (beam_size=4, the paper's;
-    1 for greedy). Raises UnknownWordsError naming any word outside the vocabulary.
+    translate("I love apples") -> "我 喜欢 苹果".
+
+    Args:
+        text: a sentence, or a list of them.
+        beam_size: 4 (default, the paper's) for beam search, 1 for greedy decoding.
+
+    Returns:
+        The translation, or a list of them.
+
+    Raises:
+        TypeError: text is neither a str nor a list of str.
+        UnknownWordsError: a sentence holds words outside the vocabulary (named).
+        ValueError: a sentence is empty, holds a special token's string, or is too long;
+            or beam_size is not a positive integer.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
     return _shipped_translator()(text, beam_size=beam_size)
 
-__all__ = ["eval_mode", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate"]
+__all__ = ["eval_mode", "KVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate"]

@@ -121,8 +121,9 @@ class MultiHeadAttention(nn.Module):
     def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V projections, each [B, T, d_model], with as few matrix multiplies as possible.
 
-        Self-attention (query is key is value): ONE multiply by the three weights stacked,
-        [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight). Otherwise three, one
+        Self-attention (query is key is value) over 64 positions or more: ONE multiply by
+        the three weights stacked, [3·d_model, d_model] (nn.MultiheadAttention's
+        in_proj_weight). Otherwise three, one
         per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
         that chapter 10 can count the key projections with a forward hook on k_proj).
 
@@ -134,7 +135,9 @@ class MultiHeadAttention(nn.Module):
         Returns:
             q [B, Tq, d_model], k and v [B, Tk, d_model].
         """
-        if query is key and key is value:
+        # Stacking the weights copies them (3·d_model² numbers): worth it for a batch of
+        # positions, not for the one or two positions of a decoding step (chapter 10).
+        if query is key and key is value and query.size(0) * query.size(1) >= 64:
             qkv = _fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))  # [B, T, 3·d_model]
             return qkv.chunk(3, dim=-1)  # three views, no copy
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
@@ -159,7 +162,8 @@ class MultiHeadAttention(nn.Module):
             cache: for generation (chapter 10), a dict; with static_kv and "k"/"v"
                 already in it, they are reused and key/value are not projected;
                 otherwise the new keys and values are projected and, unless static_kv,
-                appended after the cached ones along time. k and v
+                appended after the cached ones along time (in place, if the cache has
+                an `append(k, v)` method, as chapter 10's KVCache does). k and v
                 ([B, num_heads, Tk, d_head]) are then stored in the cache.
             static_kv: the keys and values do not change between calls (cross-attention).
             need_weights: return the attention weights (default True, as
@@ -184,7 +188,9 @@ class MultiHeadAttention(nn.Module):
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
         else:
             q, k, v = map(self.split_heads, self.project(query, key, value))  # [B, h, T, d_head]
-            if cache is not None and not static_kv and "k" in cache:
+            if cache is not None and not static_kv and hasattr(cache, "append"):
+                k, v = cache.append(k, v)  # a preallocated cache writes in place (chapter 10)
+            elif cache is not None and not static_kv and "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # earlier steps first
                 v = torch.cat([cache["v"], v], dim=2)
         if cache is not None:

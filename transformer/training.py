@@ -7,77 +7,336 @@ import math
 import torch
 from torch import Tensor
 
-from transformer.data import PAD_ID
+from transformer.data import PAD_ID, _check_bool, _check_float, _check_int, _check_token_ids
+
+IGNORE_INDEX = -100  # the label of a position the loss skips (PyTorch's convention)
 
 
-def shift_targets(tgt: Tensor) -> tuple[Tensor, Tensor]:
-    """Teacher forcing: tgt [B, T] (`<bos> ... <eos>`, padded) -> (decoder input, labels), each [B, T-1].
+def shift_targets(tgt: Tensor, pad_id: int = PAD_ID) -> tuple[Tensor, Tensor]:
+    """Teacher forcing: split target ids into the decoder's input and its labels.
 
     The decoder input is the target without its last token (shifted right: it starts with
     `<bos>`); the labels are the target without its first token (shifted left: position t
-    must predict token t+1). Padding stays padding, and the loss ignores it.
+    must predict token t+1), with IGNORE_INDEX (-100) where the target is padding, so
+    that the loss skips those positions.
+
+    Args:
+        tgt: target ids [B, T], `<bos> ... <eos>` padded on the right with pad_id, T >= 2.
+        pad_id: the padding id (default PAD_ID, 0; pass the model's pad_id).
+
+    Returns:
+        (decoder input [B, T-1], labels [B, T-1]).
+
+    Raises:
+        TypeError: tgt is not an integer tensor.
+        ValueError: tgt is not [B, T] with B >= 1 and T >= 2, or pad_id is not a
+            non-negative integer.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    if tgt.dim() != 2 or tgt.size(1) < 2:
-        raise ValueError(f"tgt must be [batch, T] with T >= 2 (<bos> ... <eos>), got shape {tuple(tgt.shape)}")
-    return tgt[:, :-1], tgt[:, 1:]
+    _check_token_ids("tgt", tgt)
+    _check_int("pad_id", pad_id, 0)
+    if tgt.dim() != 2 or tgt.size(0) < 1 or tgt.size(1) < 2:
+        raise ValueError(f"tgt must be [batch, T] with batch >= 1 and T >= 2 (<bos> ... <eos>), "
+                         f"got shape {tuple(tgt.shape)}")
+    labels = tgt[:, 1:]
+    return tgt[:, :-1], labels.masked_fill(labels == pad_id, IGNORE_INDEX)
 
 # %% chapters/09_training.ipynb, cell 28
-def label_smoothed_cross_entropy(logits: Tensor, labels: Tensor, eps: float = 0.1,
-                                 ignore_index: int = PAD_ID) -> Tensor:
-    """Cross-entropy against the smoothed target (1-eps)·one_hot(label) + eps/V, averaged
-    over the positions whose label is not `ignore_index`.
+def _check_labels(labels: Tensor, vocab_size: int, ignore_index: int) -> None:
+    """A ValueError unless every label is a class id in [0, vocab_size) or ignore_index.
 
-    logits [..., V] (raw scores, never softmax), labels [...] (ids) -> scalar. Equal to
+    It reads the labels' values, so it runs in eager mode only (not under torch.compile).
+    """
+    if torch.compiler.is_compiling():
+        return
+    real = labels[labels != ignore_index]
+    if real.numel() == 0:
+        raise ValueError(f"every label is ignore_index={ignore_index}: there is no position "
+                         "to average the loss over")
+    low, high = int(real.min()), int(real.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"labels must be class ids in [0, {vocab_size - 1}] or ignore_index={ignore_index} "
+            f"(PyTorch's convention for a position the loss skips), got values in [{low}, {high}]"
+            + ("; padding labelled with another id? shift_targets turns it into -100" if low < 0 else ""))
+
+
+def label_smoothed_cross_entropy(logits: Tensor, labels: Tensor, eps: float = 0.1,
+                                 ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Cross-entropy against the smoothed target (1-eps)·one_hot(label) + eps/V.
+
+    Averaged over the positions whose label is not ignore_index; equal to
     `F.cross_entropy(logits.reshape(-1, V), labels.reshape(-1), label_smoothing=eps,
-    ignore_index=ignore_index)`; like it, NaN if every label is ignored.
+    ignore_index=ignore_index)`.
+
+    Args:
+        logits: raw scores [..., V] (never softmax).
+        labels: class ids [...], each in [0, V) or ignore_index.
+        eps: the smoothing, in [0, 1) (default 0.1, the paper's).
+        ignore_index: the label of positions to skip (default IGNORE_INDEX, -100, as in
+            PyTorch; shift_targets labels padding with it).
+
+    Returns:
+        The mean loss, a scalar tensor.
+
+    Raises:
+        TypeError: labels is not an integer tensor.
+        ValueError: the shapes disagree, eps is out of range, a label is neither a class
+            id nor ignore_index, or every label is ignore_index (checked in eager mode).
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
+    _check_token_ids("labels", labels)
     if logits.shape[:-1] != labels.shape:
         raise ValueError(f"logits [..., V] and labels [...] disagree: {tuple(logits.shape)} vs {tuple(labels.shape)}")
-    if not 0.0 <= eps < 1.0:
-        raise ValueError(f"eps must lie in [0, 1), got {eps}")
+    _check_float("eps", eps, 0.0, 1.0)
+    _check_labels(labels, logits.size(-1), ignore_index)
     log_probs = logits.log_softmax(dim=-1)  # [..., V]
     keep = labels != ignore_index  # [...]: True at real tokens
     nll = -log_probs.gather(-1, labels.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)  # [...]
     uniform = -log_probs.mean(dim=-1)  # [...]: cross-entropy against the uniform part
     loss = (1.0 - eps) * nll + eps * uniform  # [...]
-    return loss[keep].mean()
+    return (loss * keep).sum() / keep.sum()  # the mean over real tokens
 
 # %% chapters/09_training.ipynb, cell 34
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
-    """The paper's learning rate at `step` (counted from 1; step 0 is treated as 1):
-    factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
+    """The paper's learning rate at update `step`: factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
 
     It grows linearly for `warmup` steps, peaks at step = warmup with
     factor · (d_model · warmup)^-0.5, then decays as 1/sqrt(step).
 
+    Args:
+        step: the update, counted from 1 (step 0 is treated as 1).
+        d_model: the model's width, > 0.
+        warmup: the number of warm-up steps, > 0 (default 4000, the paper's).
+        factor: a multiplier, > 0 (default 1.0).
+
+    Returns:
+        The learning rate, a float.
+
+    Raises:
+        ValueError: an argument is out of range (bools, NaN and infinity included).
+
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    if warmup < 1 or d_model < 1:
-        raise ValueError(f"warmup and d_model must be positive, got warmup={warmup}, d_model={d_model}")
-    step = max(int(step), 1)
+    _check_int("step", step, 0)
+    _check_int("d_model", d_model)
+    _check_int("warmup", warmup)
+    _check_float("factor", factor, 0.0, low_closed=False)
+    step = max(step, 1)
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
-def make_optimizer(model: torch.nn.Module, d_model: int, warmup: int = 4000, factor: float = 1.0
+def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1.0,
+                   d_model: int | None = None
                    ) -> tuple[torch.optim.Adam, torch.optim.lr_scheduler.LambdaLR]:
     """Adam(betas=(0.9, 0.98), eps=1e-9) and a scheduler that sets its rate to `noam_lr`.
 
     Call `scheduler.step()` after each `optimizer.step()`; update number s (from 1) uses
     noam_lr(s, d_model, warmup, factor).
 
+    Args:
+        model: the model whose parameters to train.
+        warmup: warm-up steps, > 0 (default 4000, the paper's).
+        factor: a multiplier of the rate, > 0 (default 1.0).
+        d_model: the width in the schedule; default None reads `model.d_model`.
+
+    Returns:
+        (optimizer, scheduler).
+
+    Raises:
+        ValueError: an argument is out of range, or d_model is None and the model has no
+            `d_model` attribute.
+
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
+    if d_model is None:
+        d_model = getattr(model, "d_model", None)
+        if d_model is None:
+            raise ValueError(f"model ({type(model).__name__}) has no d_model attribute: pass d_model=...")
+    noam_lr(1, d_model, warmup, factor)  # checks the arguments now, not at the first step
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(  # LambdaLR counts from 0: shift by one
         optimizer, lambda i: noam_lr(i + 1, d_model, warmup, factor))
     return optimizer, scheduler
 
 # %% chapters/09_training.ipynb, cell 38
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+LossFn = Callable[[torch.nn.Module, Any], tuple[Tensor, int]]  # (model, batch) -> (mean loss, tokens)
+
+
+def translation_loss(model: torch.nn.Module, batch: tuple[Tensor, Tensor], eps: float = 0.1
+                     ) -> tuple[Tensor, int]:
+    """Teacher-forced, label-smoothed loss of an encoder-decoder model on one batch.
+
+    Args:
+        model: a chapter-08 Transformer (its pad_id marks the padding).
+        batch: (src [B, S], tgt [B, T]) token ids, tgt `<bos> ... <eos>` padded.
+        eps: label smoothing, in [0, 1) (default 0.1).
+
+    Returns:
+        (the mean loss over the target tokens, a scalar tensor; the number of tokens).
+
+    Raises:
+        ValueError: batch is not a pair of id tensors of matching batch size.
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+    if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+        raise ValueError(f"a translation batch must be a pair (src [B, S], tgt [B, T]), got "
+                         f"{type(batch).__name__}{f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''}")
+    src, tgt = batch
+    decoder_input, labels = shift_targets(tgt, model.pad_id)  # [B, T-1] each
+    logits = model(src, decoder_input)  # [B, T-1, V]
+    return label_smoothed_cross_entropy(logits, labels, eps), int((labels != IGNORE_INDEX).sum())
+
+
+@dataclass
+class TrainState:
+    """Everything training changes: the model, its optimizer and schedule, the step count.
+
+    `state_dict()` and `load_state_dict()` save and restore all of it, so that training
+    can stop and later resume where it was.
+
+    Args:
+        model: the model being trained.
+        optimizer: its optimizer (for example from `make_optimizer`).
+        scheduler: the learning-rate schedule, stepped after each update, or None.
+        step: the number of updates made so far (default 0).
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+    step: int = 0
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume, for torch.save (it loads with weights_only=True).
+
+        Returns:
+            {"model", "optimizer", "scheduler" (None without one), "step"}: state dicts
+            of tensors, numbers, lists and dicts.
+        """
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+                "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict()` returned, into a state built the same way.
+
+        Args:
+            state: a dict from `state_dict()`.
+
+        Raises:
+            ValueError: its step is not a non-negative integer.
+        """
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.step = _check_int("step", state["step"], 0)
+
+
+class StepResult(NamedTuple):
+    """What one `train_step` did.
+
+    Attributes:
+        loss: the batch's mean loss per token.
+        tokens: the tokens it counted.
+        grad_norm: the gradient's norm before clipping.
+        lr: the learning rate of the update.
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+
+    loss: float
+    tokens: int
+    grad_norm: float
+    lr: float
+
+
+def _split_batch(batch: Any, parts: int) -> list:
+    """Cut a batch (a tensor, or a tuple, list or dict of tensors) into <= parts pieces along axis 0."""
+    if parts == 1:
+        return [batch]
+    if isinstance(batch, Tensor):
+        tensors = [batch]
+    else:
+        tensors = list(batch.values() if isinstance(batch, dict) else batch
+                       if isinstance(batch, (tuple, list)) else [])
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise ValueError("micro_batches > 1 needs a batch that is a tensor, or a tuple, list or "
+                         f"dict of tensors, got {type(batch).__name__}")
+    sizes = {t.size(0) for t in tensors}
+    if len(sizes) != 1:
+        raise ValueError(f"the tensors of a batch must share their first (batch) axis, got sizes {sorted(sizes)}")
+    size = math.ceil(sizes.pop() / parts)  # rows per micro-batch
+    if isinstance(batch, Tensor):
+        return list(batch.split(size))
+    if isinstance(batch, dict):
+        return [dict(zip(batch, pieces, strict=True)) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
+    return [type(batch)(pieces) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
+
+
+def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss, *,
+               clip: float | None = 1.0, micro_batches: int = 1) -> StepResult:
+    """One update: forward, backward, clip, optimizer step, schedule step.
+
+    The model runs in the mode it is in (`fit` puts it in training mode).
+
+    Args:
+        state: the TrainState to update (its step count goes up by one).
+        batch: one batch, as loss_fn takes it (for translation_loss: (src, tgt)).
+        loss_fn: (model, batch) -> (mean loss, token count) (default translation_loss).
+        clip: the largest gradient norm, > 0, or None for no clipping (default 1.0).
+        micro_batches: pieces to cut the batch into along its first axis, forward and
+            backward one at a time (gradient accumulation; default 1). The update is the
+            whole batch's: each piece is weighted by its tokens.
+
+    Returns:
+        A StepResult(loss, tokens, grad_norm, lr).
+
+    Raises:
+        ValueError: an argument is out of range, or the batch holds no token.
+        FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+    _check_int("micro_batches", micro_batches)
+    if clip is not None:
+        _check_float("clip", clip, 0.0, low_closed=False)
+    params = [p for p in state.model.parameters() if p.requires_grad]
+    state.optimizer.zero_grad(set_to_none=True)
+    total, tokens = 0.0, 0
+    for piece in _split_batch(batch, micro_batches):
+        loss, n = loss_fn(state.model, piece)
+        (loss * n).backward()  # gradients add up; divided by the total count below
+        total, tokens = total + loss.item() * n, tokens + n
+    if tokens == 0:
+        raise ValueError("the batch holds no token to learn from (every label is ignored)")
+    if not math.isfinite(total):
+        raise FloatingPointError(f"the loss is {total / tokens} at step {state.step + 1}; "
+                                 "the model was not updated (a learning rate too high?)")
+    for p in params:
+        if p.grad is not None:
+            p.grad.div_(tokens)  # the sum of weighted piece losses -> the batch's mean loss
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
+    lr = state.optimizer.param_groups[0]["lr"]  # the rate this update uses
+    state.optimizer.step()
+    if state.scheduler is not None:
+        state.scheduler.step()
+    state.step += 1
+    return StepResult(total / tokens, tokens, float(grad_norm), lr)
+
+# %% chapters/09_training.ipynb, cell 42
 import time
+from contextlib import nullcontext
 
 from tqdm import tqdm
 
@@ -85,152 +344,284 @@ from transformer.data import Vocab, make_batches
 
 
 @torch.no_grad()
-def evaluate_loss(model: torch.nn.Module, batches: list[tuple[Tensor, Tensor]], eps: float = 0.1) -> float:
-    """Mean label-smoothed loss per target token over batches of (src [B, S], tgt [B, T]).
+def evaluate_loss(model: torch.nn.Module, batches: Iterable, loss_fn: LossFn = translation_loss) -> float:
+    """Mean loss per token over batches, in eval mode (no dropout); the model's mode is restored.
 
-    Runs in eval mode (no dropout) and restores the mode the model was in.
+    Args:
+        model: the model.
+        batches: an iterable of batches, as loss_fn takes them.
+        loss_fn: (model, batch) -> (mean loss, token count) (default translation_loss).
+
+    Returns:
+        The token-weighted mean loss.
+
+    Raises:
+        ValueError: batches yields no token.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
     was_training = model.training
     model.eval()
-    total, tokens = 0.0, 0
-    for src, tgt in batches:
-        decoder_input, labels = shift_targets(tgt)  # [B, T-1] each
-        n = int((labels != PAD_ID).sum())
-        total += label_smoothed_cross_entropy(model(src, decoder_input), labels, eps).item() * n
-        tokens += n
-    model.train(was_training)
-    return total / max(tokens, 1)
+    try:
+        total, tokens = 0.0, 0
+        for batch in batches:
+            loss, n = loss_fn(model, batch)
+            total, tokens = total + loss.item() * n, tokens + n
+    finally:
+        model.train(was_training)
+    if tokens == 0:
+        raise ValueError("batches must hold at least one token, got none")
+    return total / tokens
 
 
-def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pairs: list[tuple[str, str]],
-          src_vocab: Vocab, tgt_vocab: Vocab, *, epochs: int = 1, batch_size: int = 64,
-          warmup: int = 400, factor: float = 1.0, eps: float = 0.1, clip: float = 1.0,
-          seed: int = 0, progress: bool = True) -> dict[str, list[float]]:
-    """Train `model` (a chapter-08 Transformer) with teacher forcing on (English, Chinese) pairs.
+def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
+        loss_fn: LossFn = translation_loss, valid_batches: Iterable | None = None,
+        epochs: int = 1, clip: float | None = 1.0, micro_batches: int = 1,
+        seed: int | None = None, progress: bool = True) -> dict[str, list[float]]:
+    """Train for a number of epochs: `train_step` over every batch, then validate.
 
-    Per step: shift the target, label-smoothed loss, backward, clip the gradient norm to
-    `clip`, Adam with the `noam_lr` warm-up schedule. The training set is reshuffled each
-    epoch (seed + epoch); the validation loss is measured after each epoch. Returns the
-    history: "step", "loss", "lr" per step and "valid_step", "valid_loss" per epoch, and
-    "seconds" (the wall time).
+    Args:
+        state: the TrainState (model, optimizer, scheduler, step) to train; it is updated.
+        batches: the training batches, re-read each epoch: a list, a DataLoader, any
+            re-iterable, or a function epoch -> iterable (to reshuffle every epoch).
+        loss_fn: (model, batch) -> (mean loss, token count) (default translation_loss).
+        valid_batches: batches for the validation loss after each epoch, or None.
+        epochs: passes over the batches, > 0 (default 1).
+        clip: the largest gradient norm, or None (default 1.0).
+        micro_batches: pieces per batch for gradient accumulation (default 1).
+        seed: seeds the random numbers of training (dropout) in a generator of its own,
+            leaving the caller's untouched; None uses the global generator (default).
+        progress: show a tqdm progress bar (default True).
+
+    Returns:
+        The history: "step", "loss", "tokens", "lr" per update; "valid_step",
+        "valid_loss" per epoch (if valid_batches); "seconds", the wall time.
+
+    Raises:
+        ValueError: an argument is out of range, or an epoch yields no batch (a generator
+            is used up after one epoch: pass a list, a DataLoader or a function).
+        FloatingPointError: the loss became NaN or infinite.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    d_model = model.src_embed.d_model
-    optimizer, scheduler = make_optimizer(model, d_model, warmup, factor)
-    valid_batches = make_batches(valid_pairs, src_vocab, tgt_vocab, batch_size=500)
-    steps_per_epoch = math.ceil(len(train_pairs) / batch_size)
-    history: dict[str, list[float]] = {"step": [], "loss": [], "lr": [], "valid_step": [],
-                                       "valid_loss": [], "seconds": []}
-    start, step = time.perf_counter(), 0
-    bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, mininterval=10.0, unit="step")
-    model.train()
-    for epoch in range(epochs):
-        for src, tgt in make_batches(train_pairs, src_vocab, tgt_vocab, batch_size,
-                                     shuffle=True, seed=seed + epoch):
-            decoder_input, labels = shift_targets(tgt)  # [B, T-1] each
-            logits = model(src, decoder_input)  # [B, T-1, V]
-            loss = label_smoothed_cross_entropy(logits, labels, eps)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            history["lr"].append(optimizer.param_groups[0]["lr"])  # the rate this step used
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            history["step"].append(step)
-            history["loss"].append(loss.item())
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-        history["valid_step"].append(step)
-        history["valid_loss"].append(evaluate_loss(model, valid_batches, eps))
-        if progress:
-            bar.write(f"epoch {epoch + 1}: valid loss {history['valid_loss'][-1]:.4f}")
-    bar.close()
+    _check_int("epochs", epochs)
+    _check_bool("progress", progress)
+    model = state.model
+    history: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [],
+                                       "valid_step": [], "valid_loss": [], "seconds": []}
+    per_epoch = None if callable(batches) or not hasattr(batches, "__len__") else len(batches)
+    bar = tqdm(total=per_epoch and epochs * per_epoch, disable=not progress, mininterval=10.0, unit="step")
+    start, was_training = time.perf_counter(), model.training
+    devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices) if seed is not None else nullcontext():
+        if seed is not None:
+            torch.manual_seed(_check_int("seed", seed, 0))
+        model.train()
+        try:
+            for epoch in range(epochs):
+                seen = 0
+                for batch in batches(epoch) if callable(batches) else batches:
+                    result = train_step(state, batch, loss_fn, clip=clip, micro_batches=micro_batches)
+                    seen += 1
+                    for key in ("step", "loss", "tokens", "lr"):
+                        history[key].append(state.step if key == "step" else getattr(result, key))
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{result.loss:.3f}", refresh=False)
+                if seen == 0:
+                    raise ValueError(f"batches yielded no batch in epoch {epoch + 1}; a generator is used "
+                                     "up after one pass: pass a list, a DataLoader or a function of the epoch")
+                if valid_batches is not None:
+                    history["valid_step"].append(state.step)
+                    history["valid_loss"].append(evaluate_loss(model, valid_batches, loss_fn))
+                    if progress:
+                        bar.write(f"epoch {epoch + 1}: valid loss {history['valid_loss'][-1]:.4f}")
+        finally:
+            model.train(was_training)
+            bar.close()
     history["seconds"] = [time.perf_counter() - start]
     return history
 
-# %% chapters/09_training.ipynb, cell 40
+# %% chapters/09_training.ipynb, cell 44
+from functools import partial
+
+
+def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pairs: list[tuple[str, str]] | None,
+          src_vocab: Vocab, tgt_vocab: Vocab, *, epochs: int = 1, batch_size: int = 64,
+          warmup: int = 400, factor: float = 1.0, eps: float = 0.1, clip: float | None = 1.0,
+          seed: int = 0, progress: bool = True) -> dict[str, list[float]]:
+    """Train a translator with teacher forcing on (source, target) sentence pairs.
+
+    Each epoch reshuffles the pairs (seed + epoch) into batches padded with
+    `model.pad_id` and checked against `model.max_len`; Adam with the `noam_lr` warm-up
+    schedule, label smoothing, gradient clipping; the validation loss after each epoch.
+
+    Args:
+        model: a chapter-08 Transformer whose vocabulary sizes match the vocabularies.
+        train_pairs: (source text, target text) pairs, at least one.
+        valid_pairs: pairs for the validation loss, or None (or empty) for none.
+        src_vocab: encodes the source texts.
+        tgt_vocab: encodes the target texts.
+        epochs: passes over the training pairs, > 0 (default 1).
+        batch_size: pairs per batch, > 0 (default 64).
+        warmup: warm-up steps of the schedule, > 0 (default 400).
+        factor: multiplier of the schedule, > 0 (default 1.0).
+        eps: label smoothing, in [0, 1) (default 0.1).
+        clip: the largest gradient norm, or None (default 1.0).
+        seed: seeds the batch order and the dropout masks (default 0).
+        progress: show a progress bar (default True).
+
+    Returns:
+        The history, as `fit` returns it.
+
+    Raises:
+        ValueError: train_pairs is empty, a sentence cannot be encoded (empty, too long
+            for the model, a special token's string), or an argument is out of range.
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+    if len(train_pairs) == 0:
+        raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
+    _check_int("seed", seed, 0)  # fit takes None too; here it also orders the batches
+    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=model.max_len,
+                     pad_id=model.pad_id)
+    valid = encode(valid_pairs, batch_size=500) if valid_pairs else None
+    state = TrainState(model, *make_optimizer(model, warmup, factor))
+    return fit(state, lambda epoch: encode(train_pairs, batch_size=batch_size, shuffle=True, seed=seed + epoch),
+               loss_fn=partial(translation_loss, eps=eps), valid_batches=valid, epochs=epochs, clip=clip,
+               seed=seed, progress=progress)
+
+# %% chapters/09_training.ipynb, cell 46
+import json
 from pathlib import Path
-from typing import NamedTuple
 
 import transformer as _package
-from transformer.model import Transformer
+from transformer.model import Transformer, _json_text, read_pretrained_config
 
-TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator.pt"
-CHECKPOINT_FORMAT = 1
+TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
+SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
 
 
 class Checkpoint(NamedTuple):
-    """What `load_checkpoint` returns: the model (in eval mode), both vocabularies, the
-    Transformer's constructor arguments (`config`) and the metrics saved with it.
+    """What `load_checkpoint` returns.
+
+    Attributes:
+        model: the Transformer, in eval mode.
+        src_vocab: its source vocabulary, or None for a model saved without vocabularies.
+        tgt_vocab: its target vocabulary, or None.
+        metrics: the metrics saved with it ({} if none).
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
 
     model: Transformer
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    config: dict
+    src_vocab: Vocab | None
+    tgt_vocab: Vocab | None
     metrics: dict
 
 
-def save_checkpoint(path: str | Path, model: Transformer, config: dict, src_vocab: Vocab,
-                    tgt_vocab: Vocab, metrics: dict | None = None) -> Path:
-    """Save weights, vocabularies, config and metrics to `path` with `torch.save`.
+def save_checkpoint(directory: str | Path, model: Transformer, src_vocab: Vocab | None = None,
+                    tgt_vocab: Vocab | None = None, metrics: dict | None = None) -> Path:
+    """Save a model with its vocabularies and metrics into a directory; nothing is pickled.
 
-    `config` holds the keyword arguments that rebuild the model: `Transformer(**config)`.
-    Everything stored is a tensor, str, number, list or dict, so that
-    `torch.load(path, weights_only=True)` can read it. Returns the path.
+    Writes `model.save_pretrained(directory)` (config.json with the metrics in its
+    metadata, model.safetensors) and, when given, src_vocab.json and tgt_vocab.json.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "format": CHECKPOINT_FORMAT,
-        "config": dict(config),
-        "model": model.state_dict(),
-        "src_vocab": src_vocab.to_dict(),
-        "tgt_vocab": tgt_vocab.to_dict(),
-        "metrics": dict(metrics or {}),
-    }, path)
-    return path
+    Args:
+        directory: where to write (created if absent).
+        model: a chapter-08 Transformer.
+        src_vocab: the source vocabulary, or None (then tgt_vocab must be None too).
+        tgt_vocab: the target vocabulary, or None.
+        metrics: JSON-able facts about the model (scores, settings), or None.
 
+    Returns:
+        The directory, as a Path.
 
-def load_checkpoint(path: str | Path = TRANSLATOR_CHECKPOINT, map_location: str = "cpu") -> Checkpoint:
-    """Load a checkpoint written by `save_checkpoint` (default: the shipped translator).
-
-    Uses `torch.load(weights_only=True)` (no pickled code runs) and returns a Checkpoint
-    with the model rebuilt from its config, in eval mode.
+    Raises:
+        ValueError: only one vocabulary is given, a vocabulary's size is not the model's,
+            or metrics is not a JSON-able dict.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}; run chapters/09_training.ipynb to train one")
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    if state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: unknown checkpoint format {state.get('format')!r}")
-    model = Transformer(**state["config"])
-    model.load_state_dict(state["model"])
-    model.eval()
-    return Checkpoint(model, Vocab.from_dict(state["src_vocab"]), Vocab.from_dict(state["tgt_vocab"]),
-                      state["config"], state["metrics"])
+    if (src_vocab is None) != (tgt_vocab is None):
+        raise ValueError("pass both src_vocab and tgt_vocab, or neither")
+    if metrics is not None and not isinstance(metrics, dict):
+        raise ValueError(f"metrics must be a dict or None, got {type(metrics).__name__}")
+    _json_text("metrics", metrics)
+    vocabs = {SRC_VOCAB_FILE: src_vocab, TGT_VOCAB_FILE: tgt_vocab}
+    for name, vocab in (("src_vocab", src_vocab), ("tgt_vocab", tgt_vocab)):
+        if vocab is not None and len(vocab) != model.config[f"{name}_size"]:
+            raise ValueError(f"{name} has {len(vocab)} tokens but the model's {name}_size is "
+                             f"{model.config[f'{name}_size']}")
+    directory = model.save_pretrained(directory, metadata={"metrics": metrics or {}})
+    for file, vocab in vocabs.items():
+        if vocab is None:
+            (directory / file).unlink(missing_ok=True)  # no stale vocabulary of an earlier model
+        else:
+            (directory / file).write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n",
+                                          encoding="utf-8")
+    return directory
 
-# %% chapters/09_training.ipynb, cell 42
+
+def _read_vocab(path: Path, size: int) -> Vocab:
+    """The Vocab in path; a ValueError naming the file if it is malformed or of the wrong size."""
+    try:
+        vocab = Vocab.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a vocabulary written by save_checkpoint ({err})") from None
+    if len(vocab) != size:
+        raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {size}")
+    return vocab
+
+
+def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location: str = "cpu") -> Checkpoint:
+    """Load a directory written by `save_checkpoint` (or by `save_pretrained` alone).
+
+    Nothing is unpickled: `Transformer.from_pretrained` reads the config and the
+    safetensors weights, and the vocabularies are JSON.
+
+    Args:
+        directory: the checkpoint (default: the translator shipped with the package).
+        map_location: the device for the weights (default "cpu").
+
+    Returns:
+        A Checkpoint(model in eval mode, src_vocab, tgt_vocab, metrics); the
+        vocabularies are None if the directory has none.
+
+    Raises:
+        FileNotFoundError: the directory, its config.json or its model.safetensors is missing.
+        ValueError: a file is malformed (the message names it and says what is wrong), or
+            only one of the two vocabulary files is there.
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+    directory = Path(directory)
+    model = Transformer.from_pretrained(directory, map_location=map_location)
+    metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{directory / 'config.json'}: metadata 'metrics' must be a JSON object, got {metrics!r}")
+    present = [(directory / file).is_file() for file in (SRC_VOCAB_FILE, TGT_VOCAB_FILE)]
+    if any(present) and not all(present):
+        missing = TGT_VOCAB_FILE if present[0] else SRC_VOCAB_FILE
+        raise ValueError(f"{directory / missing}: missing (a translator's checkpoint has both "
+                         f"{SRC_VOCAB_FILE} and {TGT_VOCAB_FILE})")
+    if not all(present):
+        return Checkpoint(model, None, None, metrics)
+    config = model.config
+    return Checkpoint(model, _read_vocab(directory / SRC_VOCAB_FILE, config["src_vocab_size"]),
+                      _read_vocab(directory / TGT_VOCAB_FILE, config["tgt_vocab_size"]), metrics)
+
+# %% chapters/09_training.ipynb, cell 48
 from transformer.data import BOS_ID, EOS_ID
 
 
 @torch.no_grad()
 def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     """A minimal batched greedy decoder for measuring accuracy here: src [B, S] -> ids
-    [B, <= 1 + max_new_tokens] (starting with `<bos>`, PAD after each row's `<eos>`).
+    [B, <= 1 + max_new_tokens] (starting with `<bos>`, padding after each row's `<eos>`).
 
     Chapter 10 builds the real one (`transformer.generation`); this one recomputes the
-    whole prefix at every step, which is fine for short sentences.
+    whole prefix at every step, which is fine for short sentences. It never writes
+    `<pad>` or `<bos>`: their scores are set to -inf before the argmax.
     """
     max_new_tokens = min(max_new_tokens, model.max_len - 1)  # positions the model can encode
     src_mask = model.make_src_mask(src)  # [B, 1, 1, S]
@@ -238,8 +629,9 @@ def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     ys = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long)  # [B, 1]
     done = torch.zeros(src.size(0), dtype=torch.bool)  # [B]
     for _ in range(max_new_tokens):
-        next_id = model.decode(ys, memory, src_mask)[:, -1].argmax(-1)  # [B]
-        next_id = next_id.masked_fill(done, PAD_ID)
+        logits = model.decode(ys, memory, src_mask)[:, -1]  # [B, V]
+        next_id = logits.index_fill(-1, torch.tensor([model.pad_id, BOS_ID]), -math.inf).argmax(-1)  # [B]
+        next_id = next_id.masked_fill(done, model.pad_id)
         ys = torch.cat([ys, next_id[:, None]], dim=1)  # [B, t+1]
         done |= next_id == EOS_ID
         if done.all():
@@ -248,8 +640,11 @@ def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
 
 
 class Evaluation(NamedTuple):
-    """Exact-match accuracy (share of sentences translated word for word right) and the
-    model's translations, in the order of the pairs.
+    """What `evaluate_translation` measured.
+
+    Attributes:
+        exact_match: the share of sentences translated word for word right.
+        hypotheses: the model's translations, in the order of the pairs.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -260,19 +655,37 @@ class Evaluation(NamedTuple):
 
 def evaluate_translation(model: Transformer, pairs: list[tuple[str, str]], src_vocab: Vocab,
                          tgt_vocab: Vocab, batch_size: int = 500, max_new_tokens: int = 20) -> Evaluation:
-    """Translate each English sentence greedily and compare with the reference Chinese.
+    """Translate each source sentence greedily and compare with the reference.
 
-    pairs: (English, Chinese) strings. Runs in eval mode and restores the model's mode.
+    Runs in eval mode and restores the model's mode.
+
+    Args:
+        model: a chapter-08 Transformer.
+        pairs: (source text, reference translation) pairs, at least one.
+        src_vocab: encodes the sources.
+        tgt_vocab: decodes the translations.
+        batch_size: sentences translated at once, > 0 (default 500).
+        max_new_tokens: the longest translation, in tokens, > 0 (default 20).
+
+    Returns:
+        An Evaluation(exact_match, hypotheses).
+
+    Raises:
+        ValueError: pairs is empty, a source cannot be encoded, or an argument is out of range.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
+    _check_int("max_new_tokens", max_new_tokens)
     was_training = model.training
     model.eval()
-    hypotheses = []
-    for src, _ in make_batches(pairs, src_vocab, tgt_vocab, batch_size, max_len=None):
-        hypotheses += [tgt_vocab.decode(row) for row in _greedy_ids(model, src, max_new_tokens)]
-    model.train(was_training)
+    try:
+        hypotheses = []
+        for src, _ in make_batches(pairs, src_vocab, tgt_vocab, batch_size, max_len=model.max_len,
+                                   pad_id=model.pad_id):
+            hypotheses += [tgt_vocab.decode(row) for row in _greedy_ids(model, src, max_new_tokens)]
+    finally:
+        model.train(was_training)
     right = sum(h == zh for h, (_, zh) in zip(hypotheses, pairs, strict=True))
-    return Evaluation(right / max(len(pairs), 1), hypotheses)
+    return Evaluation(right / len(pairs), hypotheses)
 
-__all__ = ["shift_targets", "label_smoothed_cross_entropy", "noam_lr", "make_optimizer", "evaluate_loss", "train", "TRANSLATOR_CHECKPOINT", "CHECKPOINT_FORMAT", "Checkpoint", "save_checkpoint", "load_checkpoint", "Evaluation", "evaluate_translation"]
+__all__ = ["IGNORE_INDEX", "shift_targets", "label_smoothed_cross_entropy", "noam_lr", "make_optimizer", "translation_loss", "TrainState", "StepResult", "train_step", "evaluate_loss", "fit", "train", "TRANSLATOR_CHECKPOINT", "Checkpoint", "save_checkpoint", "load_checkpoint", "Evaluation", "evaluate_translation"]
