@@ -10,29 +10,35 @@ endif
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-KERNEL := transformer-book
 # Same thread count everywhere, so that stored outputs reproduce.
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
 
-.PHONY: help install export sync check-sync lint pytest nbval exercises test \
-        execute checkpoint book site lab student grade clean
+.PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
+        execute checkpoint book site lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
 	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
-	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises)"
-	@echo "make lab         open JupyterLab on chapters/ with the project's kernel"
+	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
+	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
 	@echo "make export      regenerate transformer/ from the notebooks"
 	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
-	@echo "make student     student copies (solutions removed) in student/"
-	@echo "make grade NB=student/01_embedding.ipynb   grade a student's notebook"
-	@echo "make clean       remove .venv, _build, student and caches"
+	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
+	@echo "make student     student copies (solutions removed) in student/; FORCE=1 overwrites edited ones"
+	@echo "make check NB=student/04_causal_mask.ipynb   a student's self-check: passed/failed per exercise"
+	@echo "make grade NB=returned/   grade a folder (or one file) of returned notebooks into graded/*.csv"
+	@echo "make course COURSE=~/course   lay out an nbgrader course with every chapter"
+	@echo "make exercises   prove each check fails on the stub and on every near-miss answer"
+	@echo "make nbgrader    real nbgrader end to end: three simulated students per chapter"
+	@echo "make clean       remove .venv, _build and caches (never student/ or graded/)"
+	@echo "make clean-student   delete student/ and graded/ (student work and gradebooks)"
 
-# Pinned, tested versions (torch 2.13.0 CPU build), the project in editable
-# mode, and the Jupyter kernel that the notebooks name.
+# Pinned, tested versions (torch 2.13.0 CPU build) and the project in editable
+# mode. The notebooks name the standard `python3` kernel, which Jupyter started
+# from this environment runs with this environment's Python: no kernel to install.
 install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python 3.11-3.13 found (python3, python3.13," \
@@ -42,25 +48,30 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	@sh tools/find_python.sh --check $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
-	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL) \
-		--display-name "Python (transformer-book)" >/dev/null
 	touch $(STAMP)
 
 export: $(STAMP)
 	$(PY) tools/export.py
 
+# jupytext keeps the nbgrader metadata of the cells it matches; stamping gives new or
+# changed cells theirs (and rewrites a pair's header if the kernelspec changed).
 sync: $(STAMP)
 	$(VENV)/bin/jupytext --sync chapters/*.ipynb
+	$(PY) tools/exercises.py stamp
+
+stamp: $(STAMP)
+	$(PY) tools/exercises.py stamp
 
 check-sync: $(STAMP)
 	$(PY) tools/export.py --check
 	$(PY) tools/pairs.py --check
+	$(PY) tools/exercises.py stamp --check
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 pytest: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -m "not nbgrader"
 
 nbval: $(STAMP)
 	$(PY) -m pytest -p no:cacheprovider --nbval chapters --nbval-current-env \
@@ -69,7 +80,11 @@ nbval: $(STAMP)
 exercises: $(STAMP)
 	$(PY) tools/exercises.py verify
 
-test: check-sync lint pytest nbval exercises
+# nbgrader, as a teacher runs it, over every chapter: three simulated students.
+nbgrader: $(STAMP)
+	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider
+
+test: check-sync lint pytest nbval exercises nbgrader
 
 execute: $(STAMP)
 	$(PY) tools/execute.py $(NB)
@@ -87,15 +102,32 @@ book: $(STAMP)
 site: $(STAMP)
 	$(PY) tools/website.py
 
+# From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --notebook-dir=chapters
+	$(VENV)/bin/jupyter lab --notebook-dir=.
 
+# Never overwrites a copy a student has edited, unless FORCE=1.
 student: $(STAMP)
-	$(PY) tools/exercises.py student
+	$(PY) tools/exercises.py student $(if $(FORCE),--force)
 
+# NB: a returned notebook or a folder of them (any names); JOBS: notebooks at once.
 grade: $(STAMP)
-	$(PY) tools/exercises.py grade $(NB)
+	@test -n "$(NB)" || { echo "usage: make grade NB=folder-or-notebook [JOBS=n]"; exit 2; }
+	$(PY) tools/exercises.py grade $(NB) $(if $(JOBS),--jobs $(JOBS))
 
+check: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make check NB=student/04_causal_mask.ipynb"; exit 2; }
+	$(PY) tools/exercises.py check $(NB)
+
+course: $(STAMP)
+	@test -n "$(COURSE)" || { echo "usage: make course COURSE=path/to/course"; exit 2; }
+	$(PY) tools/exercises.py course $(COURSE)
+
+# Leaves student/ and graded/ alone: they hold students' work and gradebooks.
 clean:
-	rm -rf $(VENV) _build student graded .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) _build .pytest_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+clean-student:
+	@echo "deleting student/ (student copies, and any work in them) and graded/ (gradebooks)"
+	rm -rf student graded

@@ -10,9 +10,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python (transformer-book)
+#     display_name: Python 3 (ipykernel)
 #     language: python
-#     name: transformer-book
+#     name: python3
 # ---
 
 # %% [markdown]

@@ -31,7 +31,8 @@ def test_committed_notebook_is_a_fresh_top_to_bottom_run(chapter):
 def test_chapter_has_title_seed_figure_and_kernel(chapter):
     first = chapter.notebook.cells[0]
     assert first.cell_type == "markdown" and re.match(rf"# {chapter.number:02d} · \S", first.source)
-    assert chapter.notebook.metadata["kernelspec"]["name"] == "transformer-book"
+    assert chapter.notebook.metadata["kernelspec"]["name"] == "python3", (
+        f"{chapter.rel}: run `make stamp` (the standard kernel, resolved to this environment)")
     sources = "\n".join(c.source for c in code_cells(chapter))
     assert "manual_seed(" in sources, f"{chapter.rel}: seed the random generators at the top"
     figures = [o for c in code_cells(chapter) for o in c.outputs if "image/png" in o.get("data", {})]

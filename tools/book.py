@@ -22,7 +22,6 @@ import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -30,7 +29,7 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import website  # noqa: E402
 from execute import execute_notebook  # noqa: E402
-from notebooks import ROOT, read_book, read_chapter  # noqa: E402
+from notebooks import ROOT, read_book, read_chapter, stored_seconds  # noqa: E402
 
 EXECUTED = ROOT / "_build" / "executed"
 
@@ -43,15 +42,6 @@ def run(path: Path) -> tuple[Path, float]:
     seconds = time.perf_counter() - start
     nbformat.write(notebook, EXECUTED / path.name)
     return path, seconds
-
-
-def stored_seconds(notebook: nbformat.NotebookNode) -> float:
-    """How long the committed run took, from its cells' timestamps (0 if it has none)."""
-    times = [datetime.fromisoformat(cell.metadata["execution"][key].replace("Z", "+00:00"))
-             for cell in notebook.cells if "execution" in cell.get("metadata", {})
-             for key in ("iopub.execute_input", "shell.execute_reply")
-             if key in cell.metadata["execution"]]
-    return (max(times) - min(times)).total_seconds() if times else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:

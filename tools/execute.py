@@ -3,8 +3,9 @@
     python tools/execute.py [CHAPTER ...]    (.py or .ipynb; default: every chapter)
 
 For each chapter: take the newer of the pair as the source (jupytext --sync),
-execute it in a fresh kernel with chapters/ as the working directory, write the
-executed .ipynb, and rewrite the .py pair from it. Then export the package.
+stamp its nbgrader metadata and kernelspec (tools/notebooks.py), execute it in a
+fresh kernel with chapters/ as the working directory, write the executed .ipynb,
+and rewrite the .py pair from it. Then export the package.
 This is how a committed notebook is produced: never commit one run by hand in
 a kernel that had state from earlier edits.
 """
@@ -25,9 +26,9 @@ from traitlets.config import Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import export  # noqa: E402
-from notebooks import CHAPTERS, ROOT  # noqa: E402
+from notebooks import CHAPTERS, KERNELSPEC, ROOT, stamp_notebook  # noqa: E402
 
-KERNEL = "transformer-book"
+KERNEL = KERNELSPEC["name"]  # "python3": the running environment's Python
 
 
 def kernel_config() -> Config:
@@ -66,6 +67,7 @@ def run_chapter(path: Path) -> float:
     subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--sync",
                     str(script if script.exists() else ipynb)], check=True)
     notebook = nbformat.read(ipynb, as_version=4)
+    stamp_notebook(notebook)  # nbgrader metadata for cells the sync added or changed
     start = time.perf_counter()
     execute_notebook(notebook)
     seconds = time.perf_counter() - start

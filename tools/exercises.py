@@ -1,20 +1,33 @@
-"""Exercises: student copies, grading, and the proof that every check can fail.
+"""Exercises: student copies, grading, a student's self-check, and the proof that checks fail.
 
-    python tools/exercises.py student [CHAPTER ...] [--out student]
+    python tools/exercises.py student [CHAPTER ...] [--out student] [--force]
         write student copies: each solution region becomes `raise NotImplementedError`,
-        every output is cleared
-    python tools/exercises.py grade STUDENT.ipynb [--chapter CHAPTER] [--json]
-        run a student's notebook in a fresh kernel with the chapter's own checks
-        (so that an edited check cannot pass) and report passed/failed per exercise;
-        exit 0 only if every exercise passed
+        hidden tests are removed, outputs cleared, the chapter's cells locked as nbgrader
+        locks them; a copy that a student has edited is never overwritten without --force
+    python tools/exercises.py grade PATH ... [--jobs N] [--out graded] [--timeout S]
+        grade returned notebooks (files, or folders searched for *.ipynb; any file
+        names: the chapter is recognised from the notebook itself), each in its own
+        fresh kernel, N at a time, with the chapter's own checks and locked cells (so an
+        edited check cannot pass) and the grading guard (tools/grading_guard.py); write
+        OUT/gradebook.csv (one row per exercise) and OUT/summary.csv (one row per student);
+        exit 1 if a notebook could not be graded (unrecognised, unreadable, crashed)
+    python tools/exercises.py check NOTEBOOK
+        a student's self-check: run the notebook with the chapter's checks (hidden tests
+        left out) and print passed/failed per exercise with the message; exit 0 if all pass
     python tools/exercises.py verify [CHAPTER ...] [-v]
         for each chapter: at least three exercises, each followed by its check; every
         check passed in the committed (nbval-verified) notebook; and, in one fresh run
         of the chapter, every check passes on the solution and fails on the student
         stub and on each recorded near-miss answer (tests/near_misses/NN_name.py)
+    python tools/exercises.py stamp [CHAPTER ...] [--check]
+        write each chapter's nbgrader cell metadata and kernelspec, derived from the
+        book's conventions (tools/notebooks.py: nbgrader_metadata); --check changes
+        nothing and names each chapter whose metadata is missing or stale
+    python tools/exercises.py course DIR [CHAPTER ...]
+        lay out an nbgrader course: DIR/nbgrader_config.py and DIR/source/NN_name/
 
 An exercise is a code cell with a `### BEGIN SOLUTION` ... `### END SOLUTION`
-region, followed by a code cell whose first line is `#| check NAME`.
+region, followed by a code cell whose first line is `#| check NAME [points=N]`.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import hashlib
 import json
 import re
 import runpy
@@ -30,26 +44,33 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import jupytext
 import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from execute import execute_notebook, notebook_client  # noqa: E402
+import grading_guard  # noqa: E402
+from execute import execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
 from notebooks import (  # noqa: E402
     CHAPTERS,
     ROOT,
     BookError,
     Chapter,
-    directive,
+    check_directive,
+    marker_problems,
+    nbgrader_metadata,
     read_book,
     read_chapter,
     solution_regions,
+    stamp_notebook,
+    strip_hidden_tests,
 )
 
 MIN_EXERCISES = 3
 MIN_NEAR_MISSES = 2
 STUB = "raise NotImplementedError"
 NEAR_MISSES = ROOT / "tests" / "near_misses"
+META_KEY = "transformer_book"  # notebook metadata of a student copy: chapter, content hash
 
 
 @dataclass
@@ -57,6 +78,8 @@ class Result:
     name: str
     passed: bool
     detail: str = ""
+    points: float = 0
+    max_points: float = 1
 
 
 # --- student copies -------------------------------------------------------------
@@ -70,23 +93,83 @@ def strip_solutions(source: str) -> str:
     return "\n".join(lines)
 
 
-def student_copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy with solutions stubbed out and all outputs cleared."""
+def content_hash(notebook: nbformat.NotebookNode) -> str:
+    """A digest of what a student edits: each cell's type and source (not outputs)."""
+    cells = [[cell.cell_type, cell.source] for cell in notebook.cells]
+    return hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode()).hexdigest()
+
+
+def student_copy(notebook: nbformat.NotebookNode, chapter: str | None = None
+                 ) -> nbformat.NotebookNode:
+    """A copy with solutions stubbed out, hidden tests removed and all outputs cleared.
+
+    Cells are locked as nbgrader's release locks them: checks and the chapter's other
+    code cells read-only, no code cell deletable (grading restores them anyway). The
+    notebook's metadata records the chapter and a hash of the copy's cells, by which
+    `student` later tells an untouched copy from an edited one.
+    """
     student = copy.deepcopy(notebook)
     for cell in student.cells:
-        if cell.cell_type == "code":
-            cell.source = strip_solutions(cell.source)
-            cell.outputs = []
-            cell.execution_count = None
+        if cell.cell_type != "code":
+            continue
+        cell.source = strip_hidden_tests(strip_solutions(cell.source))
+        cell.outputs = []
+        cell.execution_count = None
+        meta = cell.metadata.get("nbgrader")
+        if meta:
+            cell.metadata["deletable"] = False
+            if meta.get("locked"):
+                cell.metadata["editable"] = False
+    student.metadata.pop("jupytext", None)  # no .py pair appears beside a student's copy
+    student.metadata[META_KEY] = {"chapter": chapter} if chapter else {}
+    student.metadata[META_KEY]["student_copy"] = content_hash(student)
     return student
 
 
+def is_edited(existing: nbformat.NotebookNode, fresh: nbformat.NotebookNode) -> bool:
+    """Whether a copy on disk holds work: its cells differ from both what `student`
+    wrote into it (the hash it carries) and what `student` would write now."""
+    recorded = existing.metadata.get(META_KEY, {}).get("student_copy")
+    current = content_hash(existing)
+    return current not in (recorded, content_hash(fresh))
+
+
+def write_student_copies(chapters: list[Chapter], out: Path, force: bool = False) -> int:
+    """Write student copies into `out`; refuse (exit 1) to overwrite an edited one."""
+    out.mkdir(parents=True, exist_ok=True)
+    refused = []
+    for chapter in chapters:
+        target = out / chapter.path.name
+        fresh = student_copy(chapter.notebook, chapter.name)
+        shown = target.relative_to(ROOT) if target.is_relative_to(ROOT) else target
+        if target.exists():
+            existing = nbformat.read(target, as_version=4)
+            if nbformat.writes(existing) == nbformat.writes(fresh):
+                print(f"unchanged {shown}")
+                continue
+            if is_edited(existing, fresh) and not force:
+                refused.append(shown)
+                print(f"KEPT {shown}: it has been edited since `make student` wrote it")
+                continue
+        nbformat.write(fresh, target)
+        print(f"wrote {shown} ({len(chapter.checks)} exercises)")
+    if refused:
+        print(f"{len(refused)} edited student copies were kept. To overwrite them (the work "
+              "in them is lost), run `make student FORCE=1` "
+              "(tools/exercises.py student --force).", file=sys.stderr)
+        return 1
+    return 0
+
+
 def check_name(cell: nbformat.NotebookNode) -> str | None:
-    """NAME for a code cell whose first line is `#| check NAME`."""
+    """NAME for a code cell whose first line is `#| check NAME [points=N]`."""
     if cell.cell_type != "code" or not cell.source.strip():
         return None
-    found = directive(cell.source.splitlines()[0])
-    return found[1] if found and found[0] == "check" else None
+    try:
+        found = check_directive(cell.source)
+    except BookError:
+        return None
+    return found[0] if found else None
 
 
 # --- grading --------------------------------------------------------------------
@@ -99,33 +182,85 @@ def error_of(cell: nbformat.NotebookNode) -> str | None:
     return None
 
 
-def grade(student: nbformat.NotebookNode, chapter: Chapter) -> list[Result]:
-    """Run a student's notebook with the chapter's checks; one Result per exercise."""
-    reference = {name: chapter.notebook.cells[i].source for name, i in chapter.checks}
+def stderr_of(cell: nbformat.NotebookNode) -> str | None:
+    """The first line a cell wrote to stderr, or None (nbgrader fails a check that does)."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            return (output.get("text", "").strip().splitlines() or [""])[0][:200]
+    return None
+
+
+def in_student_terms(error: str) -> str:
+    """A check's error, said for a gradebook: one line, a stub said as 'not attempted'."""
+    if error.startswith("NotImplementedError"):
+        return "not attempted: the solution still raises NotImplementedError"
+    line = " | ".join(part.strip() for part in error.splitlines() if part.strip())
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def graded_notebook(student: nbformat.NotebookNode, chapter: Chapter,
+                    hidden_tests: bool = True) -> tuple[nbformat.NotebookNode, set[str]]:
+    """The notebook to run: the student's, with the chapter's checks and locked cells.
+
+    As nbgrader's autograde does, every locked cell of the chapter (matched by its
+    nbgrader grade_id, or a check by its `#| check NAME` line) gets the chapter's
+    source back; solution cells and cells the student added stay as they are.
+    Returns the notebook and the names of the checks found in it.
+    """
+    checks = {name: chapter.notebook.cells[i].source for name, i in chapter.checks}
+    if not hidden_tests:
+        checks = {name: strip_hidden_tests(source) for name, source in checks.items()}
+    locked = {}
+    for cell, meta in zip(chapter.notebook.cells, nbgrader_metadata(chapter.notebook),
+                          strict=True):
+        if meta and meta["locked"] and not meta["grade"]:
+            locked[meta["grade_id"]] = cell.source
     notebook = copy.deepcopy(student)
     present = set()
     for cell in notebook.cells:
-        name = check_name(cell)
-        if name in reference:
-            cell.source = reference[name]  # the teacher's check, not the student's copy of it
+        if cell.cell_type != "code":
+            continue
+        grade_id = (cell.metadata.get("nbgrader") or {}).get("grade_id")
+        name = grade_id if grade_id in checks else check_name(cell)
+        if name in checks:
+            cell.source = checks[name]  # the teacher's check, not the student's copy of it
             present.add(name)
-    timed_out = None
+        elif grade_id in locked:
+            cell.source = locked[grade_id]
+    return notebook, present
+
+
+def grade(student: nbformat.NotebookNode, chapter: Chapter, *, timeout: int = 600,
+          hidden_tests: bool = True, guard: bool = True) -> list[Result]:
+    """Run a student's notebook with the chapter's checks; one Result per exercise.
+
+    `guard=False` leaves the grading guard out (for tests that show what it stops).
+    """
+    notebook, present = graded_notebook(student, chapter, hidden_tests)
+    client = notebook_client(notebook, allow_errors=True, timeout=timeout)
+    if guard:
+        client.extra_arguments = grading_guard.kernel_arguments()
+    stopped = None
     try:
-        execute_notebook(notebook, allow_errors=True, timeout=600)
-    except (CellTimeoutError, DeadKernelError) as err:
-        timed_out = f"{type(err).__name__}: the notebook stopped before this check"
+        client.execute()
+    except CellTimeoutError:
+        stopped = f"the notebook ran past the {timeout} s limit of a cell before this check"
+    except DeadKernelError:
+        stopped = "the kernel died (out of memory, or the notebook ended its process) " \
+                  "before this check ran"
     results = []
     cells_by_name = {check_name(c): c for c in notebook.cells if check_name(c)}
     for name, _ in chapter.checks:
         cell = cells_by_name.get(name)
+        points = chapter.points.get(name, 1)
         if name not in present or cell is None:
-            results.append(Result(name, False, "check cell missing from the notebook"))
+            results.append(Result(name, False, "check cell missing from the notebook", 0, points))
         elif cell.get("execution_count") is None:
-            results.append(Result(name, False, timed_out or "check cell did not run"))
+            results.append(Result(name, False, stopped or "check cell did not run", 0, points))
         elif (error := error_of(cell)) is not None:
-            results.append(Result(name, False, error))
+            results.append(Result(name, False, error, 0, points))
         else:
-            results.append(Result(name, True))
+            results.append(Result(name, True, "", points, points))
     return results
 
 
@@ -133,10 +268,117 @@ def report(results: list[Result], title: str) -> str:
     lines = [title]
     for r in results:
         lines.append(f"  {'passed' if r.passed else 'FAILED'}  {r.name}"
-                     + (f"  ({r.detail})" if r.detail else ""))
+                     + (f"  ({in_student_terms(r.detail)})" if r.detail else ""))
     passed = sum(r.passed for r in results)
-    lines.append(f"  {passed} of {len(results)} exercises passed")
+    points = sum(r.points for r in results)
+    total = sum(r.max_points for r in results)
+    lines.append(f"  {passed} of {len(results)} exercises passed ({points:g} of {total:g} points)")
     return "\n".join(lines)
+
+
+# --- nbgrader metadata ----------------------------------------------------------
+
+def stamp_problems(chapter: Chapter) -> list[str]:
+    """Why a chapter's nbgrader metadata or kernelspec is not what `stamp` writes."""
+    problems = [f"{chapter.rel}, {p}" for p in marker_problems(chapter.notebook)]
+    try:
+        changes = stamp_notebook(copy.deepcopy(chapter.notebook))
+    except BookError as err:
+        return problems + [f"{chapter.rel}: {err}"]
+    if changes:
+        cells = [c for c in changes if c.startswith("cell ")]
+        what = []
+        if cells:
+            what.append(f"{len(cells)} cells lack nbgrader metadata or carry stale metadata "
+                        f"(first: {cells[0]})")
+        if len(cells) < len(changes):
+            kernel = chapter.notebook.metadata.get("kernelspec", {}).get("name")
+            what.append(f"the kernelspec names {kernel!r}, not 'python3'")
+        problems.append(f"{chapter.rel}: {'; '.join(what)}: run `make stamp` "
+                        "(python tools/exercises.py stamp), which derives both from the "
+                        "chapter's `#| check` cells and solution markers")
+    return problems
+
+
+TEACHERS_PAGE = ROOT / "book" / "teachers.md"
+TABLE_BEGIN = "<!-- exercise table: written by `make stamp` from the chapters' checks; do not edit -->"
+TABLE_END = "<!-- end of the exercise table -->"
+EXERCISE_HEADING = re.compile(r"^#{2,4}\s*Exercise\s*(\d+)\s*[·.:-]?\s*(.*)$")
+
+
+def exercises_of(chapter: Chapter) -> list[tuple[str, str, float]]:
+    """(title, check name, points) per exercise; the title from its `### Exercise N · ...`."""
+    found, heading = [], None
+    for cell in chapter.notebook.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if (match := EXERCISE_HEADING.match(line.strip())) is not None:
+                    heading = f"{match.group(1)} · {match.group(2).strip()}".strip(" ·")
+        elif (name := check_name(cell)) is not None:
+            found.append((heading or name, name, chapter.points.get(name, 1)))
+            heading = None
+    return found
+
+
+def exercise_table(chapters: list[Chapter]) -> str:
+    """The teacher's page table: every exercise of every chapter with its points."""
+    lines = ["| Chapter | Exercise | Check (nbgrader `grade_id`) | Points |",
+             "|---|---|---|---|"]
+    total = 0.0
+    for chapter in chapters:
+        rows = exercises_of(chapter)
+        points = sum(p for _, _, p in rows)
+        total += points
+        for i, (title, name, p) in enumerate(rows):
+            short = chapter.title.split(":")[0]
+            where = (f"{{doc}}`{chapter.number:02d} · {short} </chapters/{chapter.name}>` "
+                     f"({points:g} points)" if i == 0 else "")
+            lines.append(f"| {where} | {title} | `{name}` | {p:g} |")
+    count = sum(len(chapter.checks) for chapter in chapters)
+    with_exercises = sum(1 for chapter in chapters if chapter.checks)
+    lines.append(f"| **{with_exercises} chapters** | **{count} exercises** | | **{total:g}** |")
+    return "\n".join(lines)
+
+
+def page_with_table(text: str, chapters: list[Chapter]) -> str:
+    """The teacher's page with its exercise table brought up to date."""
+    if TABLE_BEGIN not in text or TABLE_END not in text:
+        raise BookError(f"{TEACHERS_PAGE.relative_to(ROOT)} lost its exercise-table markers "
+                        f"({TABLE_BEGIN!r} ... {TABLE_END!r})")
+    head, rest = text.split(TABLE_BEGIN, 1)
+    _, tail = rest.split(TABLE_END, 1)
+    return f"{head}{TABLE_BEGIN}\n{exercise_table(chapters)}\n{TABLE_END}{tail}"
+
+
+def table_problems(chapters: list[Chapter]) -> list[str]:
+    if not TEACHERS_PAGE.exists():
+        return [f"{TEACHERS_PAGE.relative_to(ROOT)} is missing (the teacher's page)"]
+    text = TEACHERS_PAGE.read_text()
+    try:
+        wanted = page_with_table(text, chapters)
+    except BookError as err:
+        return [str(err)]
+    if wanted != text:
+        return [f"{TEACHERS_PAGE.relative_to(ROOT)}: the table of exercises and points differs "
+                "from the chapters' checks: run `make stamp`"]
+    return []
+
+
+def stamp_chapter(chapter: Chapter) -> list[str]:
+    """Stamp one chapter on disk (and its .py pair's kernelspec); return the changes."""
+    from pairs import pair_text
+
+    script = chapter.path.with_suffix(".py")
+    in_sync = script.exists() and pair_text(chapter.path) == script.read_text()
+    changes = stamp_notebook(chapter.notebook)
+    if changes:
+        nbformat.write(chapter.notebook, chapter.path)
+        if in_sync:  # the kernelspec sits in the pair's header: keep the pair in step
+            script.write_text(jupytext.writes(chapter.notebook, fmt="py:percent"))
+        elif script.exists():
+            print(f"  note: {script.relative_to(ROOT)} was out of sync before stamping, so it "
+                  "was left alone: run `make sync`", file=sys.stderr)
+    return changes
 
 
 # --- verification ---------------------------------------------------------------
@@ -177,6 +419,9 @@ def structure_problems(chapter: Chapter) -> list[str]:
             problems.append(f"check `{name}` was not executed in the committed notebook")
         elif (error := error_of(cell)) is not None:
             problems.append(f"check `{name}` fails on the solution: {error}")
+        elif (line := stderr_of(cell)) is not None:
+            problems.append(f"check `{name}` writes to stderr on the solution ({line!r}), which "
+                            "nbgrader grades as a failure: silence it or move it out of the check")
     return problems
 
 
@@ -251,6 +496,9 @@ def verify(chapter: Chapter, verbose: bool = False,
     cells = list(enumerate(notebook.cells))
     notebook.cells.append(nbformat.v4.new_code_cell())  # scratch cell for the wrong answers
     client = notebook_client(notebook, allow_errors=True)
+    # Checks run under the grading guard, as in grading: proof that it lets every
+    # solution through while the wrong answers still fail.
+    client.extra_arguments = grading_guard.kernel_arguments()
 
     def run(source: str) -> str | None:
         """Execute source in the chapter's kernel; its error, or None."""
@@ -271,6 +519,9 @@ def verify(chapter: Chapter, verbose: bool = False,
             if (error := error_of(cell)) is not None:
                 problems.append(f"check `{name}` fails on the solution: {error}")
                 continue
+            if (line := stderr_of(cell)) is not None:
+                problems.append(f"check `{name}` writes to stderr on the solution under grading "
+                                f"({line!r}), which nbgrader grades as a failure")
             variants = [("the student stub", strip_solutions(solution))]
             variants += [(f"near-miss \"{label}\"", source)
                          for label, source in answers.get(name, {}).items()]
@@ -294,11 +545,15 @@ def verify(chapter: Chapter, verbose: bool = False,
 # --- command line ---------------------------------------------------------------
 
 def chapter_for(student_path: Path, explicit: Path | None) -> Chapter:
-    path = explicit or CHAPTERS / student_path.with_suffix(".ipynb").name
-    if not path.exists():
-        raise BookError(f"no chapter {path.relative_to(ROOT)} to grade {student_path.name} "
-                        "against; name it with --chapter")
-    return read_chapter(path.resolve())
+    """The chapter a notebook belongs to: --chapter, else recognised from its content."""
+    if explicit is not None:
+        return read_chapter(explicit.resolve().with_suffix(".ipynb"))
+    from gradebook import recognise
+
+    chapter, why = recognise(nbformat.read(student_path, as_version=4), read_book())
+    if chapter is None:
+        raise BookError(f"{student_path}: {why}; name the chapter with --chapter")
+    return chapter
 
 
 def selected(paths: list[Path]) -> list[Chapter]:
@@ -307,39 +562,101 @@ def selected(paths: list[Path]) -> list[Chapter]:
     return [read_chapter(p.resolve().with_suffix(".ipynb")) for p in paths]
 
 
+def with_exercises(chapters: list[Chapter]) -> list[Chapter]:
+    """The chapters that have exercises (an appendix has none: nothing to hand out)."""
+    return [chapter for chapter in chapters if chapter.checks]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     student = commands.add_parser("student", help="write student copies")
     student.add_argument("chapters", nargs="*", type=Path)
     student.add_argument("--out", type=Path, default=ROOT / "student")
-    grader = commands.add_parser("grade", help="grade a student's notebook")
-    grader.add_argument("notebook", type=Path)
-    grader.add_argument("--chapter", type=Path)
-    grader.add_argument("--json", action="store_true", help="print results as JSON")
+    student.add_argument("--force", action="store_true",
+                         help="overwrite copies that a student has edited")
+    grader = commands.add_parser("grade", help="grade returned notebooks into a gradebook")
+    grader.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                        help="returned notebooks, or folders to search for *.ipynb")
+    grader.add_argument("--chapter", type=Path, help="grade every notebook against this chapter")
+    grader.add_argument("--jobs", "-j", type=int, default=None,
+                        help="notebooks graded at once (default: the machine's cores)")
+    grader.add_argument("--out", type=Path, default=ROOT / "graded",
+                        help="folder for gradebook.csv and summary.csv (default graded/)")
+    grader.add_argument("--timeout", type=int, default=1200,
+                        help="seconds one notebook may run (default 1200)")
+    grader.add_argument("--json", action="store_true", help="also print every row as JSON")
+    grader.add_argument("--book", type=Path, default=CHAPTERS, help=argparse.SUPPRESS)
+    one = commands.add_parser("grade-one", help=argparse.SUPPRESS)
+    one.add_argument("notebook", type=Path)
+    one.add_argument("--chapter", type=Path)
+    one.add_argument("--timeout", type=int, default=1200)
+    checker = commands.add_parser("check", help="a student's self-check of one notebook")
+    checker.add_argument("notebook", type=Path)
+    checker.add_argument("--chapter", type=Path)
     verifier = commands.add_parser("verify", help="prove every check can fail")
     verifier.add_argument("chapters", nargs="*", type=Path)
     verifier.add_argument("-v", "--verbose", action="store_true",
                           help="print each wrong answer's failure message")
+    stamper = commands.add_parser("stamp", help="write nbgrader metadata into the chapters")
+    stamper.add_argument("chapters", nargs="*", type=Path)
+    stamper.add_argument("--check", action="store_true",
+                         help="change nothing; exit 1 naming each chapter to stamp")
+    course = commands.add_parser("course", help="lay out an nbgrader course")
+    course.add_argument("directory", type=Path)
+    course.add_argument("chapters", nargs="*", type=Path)
     args = parser.parse_args(argv)
 
     try:
         if args.command == "student":
-            args.out.mkdir(parents=True, exist_ok=True)
-            for chapter in selected(args.chapters):
-                target = args.out / chapter.path.name
-                nbformat.write(student_copy(chapter.notebook), target)
-                print(f"wrote {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}"
-                      f" ({len(chapter.checks)} exercises)")
-            return 0
+            return write_student_copies(with_exercises(selected(args.chapters)), args.out,
+                                        args.force)
         if args.command == "grade":
+            import gradebook
+
+            return gradebook.main(args)
+        if args.command == "grade-one":
+            import gradebook
+
+            print(json.dumps(gradebook.grade_file(args.notebook, args.chapter, args.timeout),
+                             ensure_ascii=False))
+            return 0
+        if args.command == "check":
             chapter = chapter_for(args.notebook, args.chapter)
-            results = grade(nbformat.read(args.notebook, as_version=4), chapter)
-            if args.json:
-                print(json.dumps([r.__dict__ for r in results], ensure_ascii=False, indent=2))
-            else:
-                print(report(results, f"{args.notebook} (graded against {chapter.rel})"))
+            print(f"running {args.notebook} with the checks of {chapter.rel} "
+                  "(hidden tests are not run here) ...", flush=True)
+            results = grade(nbformat.read(args.notebook, as_version=4), chapter,
+                            hidden_tests=False)
+            print(report(results, f"{args.notebook} (chapter {chapter.number:02d} · "
+                                  f"{chapter.title})"))
             return 0 if all(r.passed for r in results) else 1
+        if args.command == "stamp":
+            problems = []
+            if not args.chapters:  # the whole book: the teacher's page table too
+                if args.check:
+                    problems += table_problems(read_book())
+                elif TEACHERS_PAGE.exists():
+                    text = TEACHERS_PAGE.read_text()
+                    wanted = page_with_table(text, read_book())
+                    if wanted != text:
+                        TEACHERS_PAGE.write_text(wanted)
+                        print(f"{TEACHERS_PAGE.relative_to(ROOT)}: exercise table updated")
+            for chapter in selected(args.chapters):
+                if args.check:
+                    problems += stamp_problems(chapter)
+                    continue
+                problems += [f"{chapter.rel}, {p}" for p in marker_problems(chapter.notebook)]
+                changes = stamp_chapter(chapter)
+                print(f"{chapter.rel}: " + (f"stamped ({len(changes)} changes)" if changes
+                                            else "unchanged"))
+            for problem in problems:
+                print(f"out of sync: {problem}", file=sys.stderr)
+            return 1 if problems else 0
+        if args.command == "course":
+            import nbgrader_course
+
+            return nbgrader_course.write_course(args.directory,
+                                                with_exercises(selected(args.chapters)))
         proven, failures = 0, 0
         for chapter in selected(args.chapters):
             if args.verbose:

@@ -10,7 +10,14 @@ A chapter is `chapters/NN_name.ipynb`, paired with `chapters/NN_name.py`
 - an exercise's solution sits between `### BEGIN SOLUTION` and
   `### END SOLUTION` (nbgrader's markers);
 - a code cell whose first line is `#| check NAME` is the check that grades
-  exercise NAME.
+  exercise NAME; `#| check NAME points=2` weighs it (default: 1 point);
+- inside a check, lines between `### BEGIN HIDDEN TESTS` and `### END HIDDEN TESTS`
+  (nbgrader's markers) run when grading but are left out of student copies.
+
+nbgrader reads the same markers (it finds them anywhere in a line, markdown
+included), so the marker text appears nowhere else: `marker_problems` says where
+it does. The nbgrader cell metadata of every cell follows from these conventions
+(`nbgrader_metadata`): nothing about it is written by hand.
 
 An **appendix** is a notebook whose title reads "Appendix: ..." (`# 14 · Appendix:
 Benchmarks`). It follows the same pipeline (executed, paired, nbval, may export a
@@ -35,6 +42,17 @@ CHAPTER_NAME = re.compile(r"^(\d\d)_[a-z0-9_]+$")
 DIRECTIVE = re.compile(r"^#\|\s*(\w+)(?:\s+(.*?))?\s*$")
 BEGIN_SOLUTION = "### BEGIN SOLUTION"
 END_SOLUTION = "### END SOLUTION"
+BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
+END_HIDDEN = "### END HIDDEN TESTS"
+# nbgrader's delimiters, which it matches as substrings of any line of any cell.
+NBGRADER_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
+                    "BEGIN MARK SCHEME", "END MARK SCHEME")
+CHECK_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+DEFAULT_POINTS = 1
+# The kernel every chapter names: the standard one, which every Jupyter install has and
+# which runs the Python that started Jupyter (jupyter_client maps the native kernel's
+# "python" to sys.executable), so the project's environment needs no kernel of its own.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 class BookError(Exception):
@@ -53,6 +71,8 @@ class Chapter:
     exports: list[tuple[str, int, str]] = field(default_factory=list)
     # (check name, cell index)
     checks: list[tuple[str, int]] = field(default_factory=list)
+    # check name -> points it is worth (`#| check NAME points=N`, default 1)
+    points: dict[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -91,10 +111,50 @@ class Chapter:
         return seen
 
 
+def stored_seconds(notebook: nbformat.NotebookNode) -> float:
+    """How long the committed run took, from its cells' timestamps (0 if it has none).
+
+    nbclient records them; `make book` and `make grade` start the longest chapters first.
+    """
+    from datetime import datetime
+
+    times = [datetime.fromisoformat(cell.metadata["execution"][key].replace("Z", "+00:00"))
+             for cell in notebook.cells if "execution" in cell.get("metadata", {})
+             for key in ("iopub.execute_input", "shell.execute_reply")
+             if key in cell.metadata["execution"]]
+    return (max(times) - min(times)).total_seconds() if times else 0.0
+
+
 def directive(line: str) -> tuple[str, str] | None:
     """('export', 'data') for '#| export data'; None if the line is no directive."""
     match = DIRECTIVE.match(line.strip())
     return (match.group(1), match.group(2) or "") if match else None
+
+
+def parse_check(value: str) -> tuple[str, float]:
+    """('ex4-leak', 2) for the directive value 'ex4-leak points=2'; points default to 1."""
+    words = value.split()
+    if not words or not CHECK_NAME.match(words[0]):
+        raise BookError(f"`#| check {value}`: a check needs a name of letters, digits, '-' "
+                        "and '_' (it becomes nbgrader's grade_id), e.g. `#| check ex1-causal`")
+    points: float = DEFAULT_POINTS
+    for option in words[1:]:
+        key, _, number = option.partition("=")
+        try:
+            points = float(number) if key == "points" else float("nan")
+        except ValueError:
+            points = float("nan")
+        if not 0 < points < float("inf"):
+            raise BookError(f"`#| check {value}`: the only option is `points=N`, with N a "
+                            "positive number (default 1)")
+    return words[0], int(points) if points == int(points) else points
+
+
+def check_directive(source: str) -> tuple[str, float] | None:
+    """(name, points) for a cell whose first line is `#| check NAME [points=N]`, else None."""
+    lines = source.splitlines()
+    found = directive(lines[0]) if lines else None
+    return parse_check(found[1]) if found and found[0] == "check" else None
 
 
 def read_chapter(path: Path) -> Chapter:
@@ -119,9 +179,12 @@ def read_chapter(path: Path) -> Chapter:
         if first and first[0] == "export":
             pending.append((first[1] or None, index, "\n".join(lines[1:]).strip("\n")))
         elif first and first[0] == "check":
-            if not first[1]:
-                raise BookError(f"{chapter.rel}, cell {index}: `#| check` needs a name")
-            chapter.checks.append((first[1], index))
+            try:
+                name, points = parse_check(first[1])
+            except BookError as err:
+                raise BookError(f"{chapter.rel}, cell {index}: {err}") from None
+            chapter.checks.append((name, index))
+            chapter.points[name] = points
     for module, index, source in pending:
         module = module or chapter.default_module
         if module is None:
@@ -144,19 +207,139 @@ def read_book(directory: Path = CHAPTERS) -> list[Chapter]:
     return chapters
 
 
-def solution_regions(source: str) -> list[tuple[int, int]]:
-    """(begin, end) line indices of each solution region in a cell, markers included."""
+def marked_regions(source: str, begin_marker: str, end_marker: str) -> list[tuple[int, int]]:
+    """(begin, end) line indices of each region between two marker lines, markers included."""
     regions, begin = [], None
     for i, line in enumerate(source.splitlines()):
-        if line.strip() == BEGIN_SOLUTION:
+        if line.strip() == begin_marker:
             if begin is not None:
-                raise BookError("nested `### BEGIN SOLUTION`")
+                raise BookError(f"nested `{begin_marker}`")
             begin = i
-        elif line.strip() == END_SOLUTION:
+        elif line.strip() == end_marker:
             if begin is None:
-                raise BookError("`### END SOLUTION` without a BEGIN")
+                raise BookError(f"`{end_marker}` without a BEGIN")
             regions.append((begin, i))
             begin = None
     if begin is not None:
-        raise BookError("`### BEGIN SOLUTION` without an END")
+        raise BookError(f"`{begin_marker}` without an END")
     return regions
+
+
+def solution_regions(source: str) -> list[tuple[int, int]]:
+    """(begin, end) line indices of each solution region in a cell, markers included."""
+    return marked_regions(source, BEGIN_SOLUTION, END_SOLUTION)
+
+
+def hidden_test_regions(source: str) -> list[tuple[int, int]]:
+    """(begin, end) line indices of each hidden-tests region in a check, markers included."""
+    return marked_regions(source, BEGIN_HIDDEN, END_HIDDEN)
+
+
+def strip_hidden_tests(source: str) -> str:
+    """A check's source without its hidden-tests regions (what a student copy shows)."""
+    lines = source.splitlines()
+    for begin, end in reversed(hidden_test_regions(source)):
+        del lines[begin:end + 1]
+    return "\n".join(lines)
+
+
+# --- nbgrader cell metadata, derived from the conventions above ------------------
+
+def nbgrader_metadata(notebook: nbformat.NotebookNode) -> list[dict | None]:
+    """The nbgrader metadata each cell must carry (None: none), in cell order.
+
+    - a code cell with a solution region: a solution cell, grade_id `NAME-solution`
+      after the check NAME that follows it;
+    - a code cell whose first line is `#| check NAME [points=N]`: an autograded test,
+      grade_id NAME, N points (default 1), locked;
+    - every other code cell: locked (read-only; nbgrader restores it from the
+      teacher's copy when grading), grade_id `cell-ID` after the cell's nbformat id,
+      which jupytext keeps, so that ids do not shift when a cell is inserted;
+    - markdown and raw cells: none. The prose does not take part in grading; leaving
+      it unlocked lets a student write notes beside an exercise.
+
+    Raises BookError for a notebook that breaks the conventions (a solution with no
+    check after it, a cell that is both, a repeated check name, a cell without id).
+    """
+    cells = notebook.cells
+    found: list[dict | None] = [None] * len(cells)
+    pending: list[int] = []  # solution cells waiting for the check that follows them
+    seen: set[str] = set()
+    for index, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        solution = bool(solution_regions(cell.source))
+        check = check_directive(cell.source)
+        if solution and check:
+            raise BookError(f"cell {index}: a cell is either a solution or a check, not both")
+        meta = {"grade": False, "locked": False, "schema_version": 3, "solution": False,
+                "task": False}
+        if solution:
+            if pending:
+                raise BookError(f"cell {pending[0]}: solution with no `#| check` cell after it")
+            pending.append(index)
+            meta["solution"] = True
+        elif check:
+            name, points = check
+            if name in seen:
+                raise BookError(f"cell {index}: check `{name}` appears twice")
+            seen.add(name)
+            meta.update(grade=True, locked=True, grade_id=name, points=points)
+            for waiting in pending:
+                found[waiting]["grade_id"] = f"{name}-solution"
+            pending = []
+        else:
+            if not cell.get("id"):
+                raise BookError(f"cell {index} has no id (nbformat 4.5 cell ids): "
+                                "open and save the notebook with a current Jupyter or jupytext")
+            meta.update(locked=True, grade_id=f"cell-{cell.id}")
+        found[index] = meta
+    if pending:
+        raise BookError(f"cell {pending[0]}: solution with no `#| check` cell after it")
+    return found
+
+
+def marker_problems(notebook: nbformat.NotebookNode) -> list[str]:
+    """Where nbgrader's marker text appears outside its place (nbgrader would break)."""
+    problems = []
+    for index, cell in enumerate(notebook.cells):
+        allowed: set[int] = set()
+        if cell.cell_type == "code":
+            try:
+                regions = solution_regions(cell.source) + hidden_test_regions(cell.source)
+            except BookError as err:
+                problems.append(f"cell {index}: {err}")
+                continue
+            for begin, end in regions:
+                allowed.update((begin, end))
+            if hidden_test_regions(cell.source) and not check_directive(cell.source):
+                problems.append(f"cell {index}: hidden tests outside a `#| check` cell")
+        for number, line in enumerate(cell.source.splitlines()):
+            if number not in allowed and any(m in line for m in NBGRADER_MARKERS):
+                problems.append(
+                    f"cell {index} ({cell.cell_type}), line {number + 1}: nbgrader's marker "
+                    f"text in {line.strip()[:60]!r}; nbgrader scans every line of every cell "
+                    "for it, so say it in words")
+    return problems
+
+
+def stamp_notebook(notebook: nbformat.NotebookNode) -> list[str]:
+    """Write the derived nbgrader metadata and the kernelspec into a notebook, in place.
+
+    Deterministic and idempotent; returns what changed (empty when nothing did).
+    """
+    changes = []
+    for index, (cell, meta) in enumerate(zip(notebook.cells, nbgrader_metadata(notebook),
+                                             strict=True)):
+        if meta is None:
+            if "nbgrader" in cell.metadata:
+                del cell.metadata["nbgrader"]
+                changes.append(f"cell {index}: nbgrader metadata removed (a {cell.cell_type} cell)")
+        elif cell.metadata.get("nbgrader") != meta:
+            what = "added" if "nbgrader" not in cell.metadata else "updated"
+            cell.metadata["nbgrader"] = meta
+            changes.append(f"cell {index} ({meta.get('grade_id')}): nbgrader metadata {what}")
+    if notebook.metadata.get("kernelspec") != KERNELSPEC:
+        notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+        changes.append(f"kernelspec set to {KERNELSPEC['name']}")
+    return changes
