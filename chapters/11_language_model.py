@@ -10,9 +10,9 @@
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
 #   kernelspec:
-#     display_name: Python (transformer-book)
+#     display_name: Python 3 (ipykernel)
 #     language: python
-#     name: transformer-book
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -274,15 +274,32 @@ import torch
 from torch import Tensor
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from transformer.embedding import _check_bool
 
 
 class CharVocab(Vocab):
     """Chapter 09's Vocab with characters as tokens: every character is one id.
 
     The special tokens keep their ids (`<pad>` 0, `<bos>` 1, `<eos>` 2, `<unk>` 3); a
-    newline is a character like any other. `CharVocab(chars)` builds the table from
-    an iterable of distinct characters; `CharVocab.build(texts)` counts them.
+    line break is a character like any other (chapter 09's words may not hold one).
+    `CharVocab.build(texts)` counts the characters of texts.
+
+    Args:
+        chars: the characters, in id order from 4 (repeats are skipped); each a str of
+            length 1.
+
+    Raises:
+        ValueError: an item of chars is not a single character.
     """
+
+    def __init__(self, chars: Iterable[str]):
+        super().__init__([])  # the special tokens alone
+        for char in chars:
+            if not isinstance(char, str) or len(char) != 1:
+                raise ValueError(f"chars must be single characters, got {char!r}")
+            if char not in self.stoi:
+                self.stoi[char] = len(self.itos)
+                self.itos.append(char)
 
     @classmethod
     def build(cls, texts: Iterable[str], min_count: int = 1) -> "CharVocab":
@@ -320,8 +337,11 @@ class CharVocab(Vocab):
             The ids, a list of int.
 
         Raises:
-            ValueError: text is empty, or longer than max_len.
+            ValueError: text is empty, longer than max_len, or an argument is out of range.
         """
+        _check_bool("add_special", add_special)
+        if max_len is not None:
+            _check_int("max_len", max_len)
         if not isinstance(text, str) or not text:
             raise ValueError(f"text must be a non-empty string, got {text!r}")
         ids = [self.stoi.get(char, UNK_ID) for char in text]
@@ -352,8 +372,8 @@ class CharVocab(Vocab):
             ids = ids.tolist()
         chars = []
         for i in ids:
-            if not 0 <= i < len(self.itos):
-                raise IndexError(f"id {i} is outside the vocabulary [0, {len(self.itos) - 1}]")
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.itos):
+                raise IndexError(f"id {i!r} is outside the vocabulary [0, {len(self.itos) - 1}]")
             if strip_special and i == EOS_ID:
                 break
             if not (strip_special and i in (PAD_ID, BOS_ID)):
@@ -388,11 +408,14 @@ print("encode 床前明月光:", vocab.encode("床前明月光"), "->", repr(voc
 # A window may start in the middle of a poem and run into the next one; the model then
 # sees `<eos> <bos>` and learns that a new document starts there. One label is useless:
 # the `<bos>` after an `<eos>` is certain, says nothing about the text, and is the one
-# token a decoder must never write. We replace those labels by `<pad>`, which the loss
-# already ignores.
+# token a decoder must never write. We replace those labels by chapter 09's
+# `IGNORE_INDEX` (-100), which the loss skips.
 
 # %%
 #| export text
+from transformer.training import IGNORE_INDEX
+
+
 def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
     """Encode texts into one stream of ids: `<bos> text <eos> <bos> text <eos> ...`.
 
@@ -413,7 +436,7 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
 
 
 def next_token_labels(targets: Tensor) -> Tensor:
-    """The labels for next-token targets: `<bos>` replaced by `<pad>`, which the loss ignores.
+    """The labels for next-token targets: `<bos>` and `<pad>` replaced by IGNORE_INDEX, which the loss skips.
 
     After an `<eos>` the next token is always `<bos>`: certain, not text, and never to
     be generated, so it is not learned.
@@ -422,9 +445,9 @@ def next_token_labels(targets: Tensor) -> Tensor:
         targets: ids [...] (the inputs shifted by one).
 
     Returns:
-        A copy of targets with PAD_ID where it held BOS_ID.
+        A copy of targets with IGNORE_INDEX (chapter 09) where it held BOS_ID or PAD_ID.
     """
-    return targets.masked_fill(targets == BOS_ID, PAD_ID)
+    return targets.masked_fill((targets == BOS_ID) | (targets == PAD_ID), IGNORE_INDEX)
 
 
 def _check_windows(stream: Tensor, seq_len: int, need: int) -> None:
@@ -448,7 +471,7 @@ def random_windows(stream: Tensor, batch_size: int, seq_len: int,
 
     Returns:
         (inputs [B, T], labels [B, T]): labels[b, t] is the id after inputs[b, t], with
-        `<bos>` labels replaced by `<pad>` (see next_token_labels).
+        `<bos>` labels replaced by IGNORE_INDEX (see next_token_labels).
 
     Raises:
         ValueError: stream is not a 1-D LongTensor, batch_size or seq_len is not a
@@ -466,7 +489,7 @@ def sequential_windows(stream: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     is a label exactly once.
 
     Window i covers ids i·T .. i·T + T (neighbours share one id); the last window is
-    padded with `<pad>`, which the loss ignores.
+    padded with `<pad>`, whose labels are IGNORE_INDEX.
 
     Args:
         stream: ids [N] from encode_stream.
@@ -496,7 +519,7 @@ for name, stream in streams.items():
 poem = encode_stream([quiet_night.text], vocab)  # <bos> 床前明月光，... <eos>
 inputs, labels = sequential_windows(poem, 12)  # [W, 12] each, W = ceil((N - 1) / 12)
 print(f"\n{quiet_night.title}: N = {len(poem)} ids -> W = {math.ceil((len(poem) - 1) / 12)} windows: "
-      f"inputs {list(inputs.shape)}, labels {list(labels.shape)}, {int((labels == PAD_ID).sum())} labels "
+      f"inputs {list(inputs.shape)}, labels {list(labels.shape)}, {int((labels == IGNORE_INDEX).sum())} labels "
       f"ignored (the padded tail)")
 print("labels of the targets <eos> <bos> 床:", next_token_labels(torch.tensor([EOS_ID, BOS_ID, vocab.stoi["床"]])).tolist())
 for row_in, row_lab in zip(inputs[:2], labels[:2], strict=True):
@@ -540,6 +563,7 @@ from transformer.data import BOS_ID, EOS_ID, PAD_ID
 from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F811 (lm.py's own import)
 from transformer.generation import eval_mode
 from transformer.text import next_token_labels, sequential_windows
+from transformer.training import IGNORE_INDEX, evaluate_loss
 
 
 class BigramLanguageModel(nn.Module):
@@ -571,7 +595,7 @@ class BigramLanguageModel(nn.Module):
         if int(stream.min()) < 0 or int(stream.max()) >= vocab_size:
             raise ValueError(f"stream holds ids outside [0, {vocab_size - 1}] (vocab_size={vocab_size})")
         previous, labels = stream[:-1], next_token_labels(stream[1:])  # [N - 1] each
-        keep = labels != PAD_ID
+        keep = labels != IGNORE_INDEX
         previous, labels = previous[keep], labels[keep]
         may_follow = torch.ones(vocab_size)
         may_follow[[PAD_ID, BOS_ID]] = 0.0  # never a label
@@ -589,12 +613,30 @@ class BigramLanguageModel(nn.Module):
         return self.log_probs[ids]
 
 
+def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
+    """The language-model loss of one batch, in the form chapter 09's train_step, fit and
+    evaluate_loss take.
+
+    Args:
+        model: maps ids [B, T] to logits [B, T, V].
+        batch: (inputs [B, T], labels [B, T]) from random_windows or sequential_windows;
+            labels equal to IGNORE_INDEX are skipped.
+
+    Returns:
+        (the mean cross-entropy over the counted labels, a scalar tensor; their number).
+    """
+    inputs, labels = batch
+    logits = model(inputs)  # [B, T, V]
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+    return loss, int((labels != IGNORE_INDEX).sum())
+
+
 def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int = 64) -> float:
     """exp(mean cross-entropy) of model's next-token predictions over a whole stream.
 
     The stream is cut by sequential_windows (each id but the first is a label once, with
-    the context of its window); `<bos>` labels are ignored. Runs in eval mode and
-    restores the model's mode.
+    the context of its window; `<bos>` labels are skipped), and chapter 09's
+    evaluate_loss averages lm_loss over them in eval mode.
 
     Args:
         model: maps ids [B, T] to logits [B, T, V] (a language model or a baseline).
@@ -605,16 +647,10 @@ def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int =
     Returns:
         The perplexity, a float >= 1.
     """
+    _check_int("batch_size", batch_size)
     inputs, labels = sequential_windows(stream, seq_len)  # [W, T] each
-    total, count = 0.0, 0
-    with eval_mode(model):  # chapter 10: no dropout, no gradients, modes restored after
-        for start in range(0, len(inputs), batch_size):
-            logits = model(inputs[start:start + batch_size])  # [b, T, V]
-            batch_labels = labels[start:start + batch_size]  # [b, T]
-            total += F.cross_entropy(logits.flatten(0, 1).float(), batch_labels.flatten(),
-                                     ignore_index=PAD_ID, reduction="sum").item()
-            count += int((batch_labels != PAD_ID).sum())
-    return math.exp(total / count)
+    batches = list(zip(inputs.split(batch_size), labels.split(batch_size), strict=True))
+    return math.exp(evaluate_loss(model, batches, lm_loss))
 
 
 # %%
@@ -672,7 +708,7 @@ plt.show()
 
 # %%
 #| export
-from transformer.generation import filter_logits
+from transformer.generation import KVCache, filter_logits
 
 
 def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
@@ -701,7 +737,8 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
             never stops early.
         generator: a seeded torch.Generator for a reproducible draw (default None).
         use_cache: feed one new token per step and keep the keys and values of the
-            earlier ones in per-layer caches (default False: recompute the prefix).
+            earlier ones in chapter 10's per-layer KVCache (default False: recompute
+            the prefix, as a model without a cache, like the bigram, needs).
 
     Returns:
         Ids [B, P + n], n <= max_new_tokens: the prompt, then the new tokens. The loop
@@ -732,7 +769,8 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     with eval_mode(model):
-        caches = [{} for _ in model.decoder.layers] if use_cache else None
+        capacity = prompt.size(1) + max_new_tokens  # chapter 10's cache, allocated once
+        caches = [{"self": KVCache(capacity)} for _ in model.decoder.layers] if use_cache else None
         tokens = prompt
         done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
         logits = (model(prompt, caches) if use_cache else model(prompt))[:, -1]  # [B, V]
@@ -807,7 +845,8 @@ def verse_form_share(lines: Iterable[str]) -> float:
 
 
 # %%
-print([verse_form(line) for line in quiet_night.text.split("\n")], verse_form("床前明月光疑是地上霜"))
+print("夜思, form of each line:", [verse_form(line) for line in quiet_night.text.split("\n")])
+print("its first line without punctuation:", verse_form("床前明月光疑是地上霜"))
 for source in ("tang300", "song100", "chinese"):
     lines = [line for d in documents if d.source == source for line in d.text.split("\n")]
     print(f"{source:>8}: {verse_form_share(lines):6.1%} of {len(lines):5,} lines are 5- or 7-character couplets")
@@ -1015,7 +1054,7 @@ class LanguageModel(PretrainedModel):
 
 
 # %%
-from transformer.model import count_parameters
+from transformer.model import count_parameters, read_pretrained_config
 
 MODEL_CONFIG = dict(vocab_size=len(vocab), d_model=128, num_heads=4, num_layers=2, d_ff=512,
                     dropout=0.1, max_len=256)
@@ -1037,7 +1076,230 @@ assert untrained_ppl > baseline["unigram"]["valid"]
 # the unigram (523) and the bigram (262).
 
 # %% [markdown]
-# ## Checks
+# ## 7 · Training with chapter 09's loop
+#
+# Chapter 09's `fit` trains any model on any batches: it takes a loss function
+# `(model, batch) -> (mean loss, token count)`. For a language model that is `lm_loss`
+# of section 4, the cross-entropy of every position's next-token prediction. We give
+# `fit` a function of the epoch that cuts 100 fresh random windows (16 windows of 64
+# characters each: about 100,000 characters an epoch, nearly the whole training
+# text), and the validation stream as consecutive windows; `fit` measures the
+# validation loss after each epoch.
+#
+# The optimiser is the one most language models use since GPT-2: AdamW (Adam with
+# weight decay, Loshchilov and Hutter 2019), a short linear warm-up and a cosine decay
+# to zero, the schedule of chapter 09's third exercise. We also keep the weights of the
+# best validation epoch (**early stopping**): on a small corpus a model soon starts to
+# learn its training text by heart, its training loss still falling while its
+# held-out perplexity rises, and only held-out perplexity says when that starts. All
+# settings were chosen on the validation set, in trials like the ones for the corpus;
+# the test set is used once, at the end. Training takes about a minute on one CPU thread.
+
+# %%
+import copy
+
+from transformer.training import TrainState, fit
+
+BATCH_SIZE, STEPS_PER_EPOCH, EPOCHS, WARMUP, PEAK_LR = 16, 100, 6, 60, 5e-3
+total_steps = STEPS_PER_EPOCH * EPOCHS
+
+
+def warmup_cosine(step: int) -> float:
+    """The learning rate's factor at update `step` (from 0): linear warm-up, cosine decay to 0."""
+    return min(1.0, (step + 1) / WARMUP) * 0.5 * (1.0 + math.cos(math.pi * step / total_steps))
+
+
+def train_batches(epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """100 fresh random windows [16, 64] for each epoch, reproducible from the epoch number."""
+    draw = torch.Generator().manual_seed(1000 + epoch)
+    return [random_windows(streams["train"], BATCH_SIZE, SEQ_LEN, draw) for _ in range(STEPS_PER_EPOCH)]
+
+
+valid_inputs, valid_labels = sequential_windows(streams["valid"], SEQ_LEN)
+valid_batches = list(zip(valid_inputs.split(64), valid_labels.split(64), strict=True))
+
+torch.manual_seed(0)
+model = LanguageModel(**MODEL_CONFIG)
+optimizer = torch.optim.AdamW(model.parameters(), lr=PEAK_LR, betas=(0.9, 0.99), weight_decay=0.1)
+state = TrainState(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+history = {"step": [], "loss": [], "valid_step": [], "valid_ppl": []}
+best = (math.inf, None, 0)  # (validation perplexity, weights, epoch)
+seconds = 0.0
+for epoch in range(EPOCHS):
+    run = fit(state, lambda _, e=epoch: train_batches(e), loss_fn=lm_loss, valid_batches=valid_batches,
+              seed=epoch, progress=False)
+    seconds += run["seconds"][0]
+    history["step"] += run["step"]
+    history["loss"] += run["loss"]
+    history["valid_step"].append(state.step)
+    history["valid_ppl"].append(math.exp(run["valid_loss"][-1]))
+    if history["valid_ppl"][-1] < best[0]:
+        best = (history["valid_ppl"][-1], copy.deepcopy(model.state_dict()), epoch + 1)
+    print(f"epoch {epoch + 1}: step {state.step}, training loss {run['loss'][-1]:.3f}, "
+          f"validation perplexity {history['valid_ppl'][-1]:.1f}")
+model.load_state_dict(best[1])
+model_ppl = {part: perplexity(model, streams[part], SEQ_LEN) for part in ("train", "valid", "test")}
+print(f"trained {state.step} steps in {seconds:.0f} s on {torch.get_num_threads()} thread; kept epoch {best[2]}")
+for name, ppl in (("unigram", baseline["unigram"]), ("bigram", baseline["bigram"]), ("Transformer", model_ppl)):
+    print(f"{name:>12}: perplexity train {ppl['train']:6.1f}, valid {ppl['valid']:6.1f}, test {ppl['test']:6.1f}")
+
+# %%
+assert model_ppl["valid"] < 0.9 * baseline["bigram"]["valid"], "the model must beat the bigram clearly"
+assert model_ppl["test"] < 0.9 * baseline["bigram"]["test"]
+assert seconds < 300, f"training took {seconds:.0f} s; the chapter promises about a minute"
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.5))
+ax.plot(history["step"], [math.exp(loss) for loss in history["loss"]], alpha=0.4, label="training batches")
+ax.plot(history["valid_step"], history["valid_ppl"], marker="o", label="validation")
+for name, style in (("unigram", ":"), ("bigram", "--")):
+    ax.axhline(baseline[name]["valid"], color="gray", linestyle=style, label=f"{name} (validation)")
+ax.set_yscale("log")
+ax.set_xlabel("update")
+ax.set_ylabel("perplexity")
+ax.set_title("The decoder-only model against the counting baselines")
+ax.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The model passes the unigram baseline at once and the bigram after a few hundred
+# updates, and ends about a fifth below the bigram on held-out text (the printed
+# numbers above; they vary a little from machine to machine, as chapter 09 explains).
+# Its perplexity on its own training text is lower still: the gap between training
+# and held-out perplexity is what it has memorised rather than learned. A fifth below
+# the bigram is a modest gain, and an honest one: 113k characters are little text for
+# a vocabulary of almost 3,000, and most of what the model cannot predict are content
+# characters, the words of the poem, which no model guesses from a few characters of
+# context. Where the context does decide, the model is much better, as the next
+# section shows.
+
+# %% [markdown]
+# ## 8 · Generation: chapter 10's samplers and KV cache
+#
+# `generate` of section 5 drives the trained model as it drove the bigram, now with
+# `use_cache=True`: the prompt goes through the model once, and each later step feeds
+# one new token, whose keys and values join chapter 10's preallocated `KVCache` in
+# every layer (the block without cross-attention caches only its self-attention).
+# First, what the model writes from `<bos>` alone, at two temperatures with top-p 0.9:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for temperature in (0.6, 1.0):
+    out = generate(model, torch.full((3, 1), BOS_ID), 64, temperature=temperature, top_p=0.9,
+                   use_cache=True, generator=torch.Generator().manual_seed(0))
+    print(f"temperature {temperature}, top-p 0.9:")
+    for row in out:
+        print("  ", vocab.decode(row).replace("\n", " / "))
+
+# %% [markdown]
+# Real characters in plausible pairs and short phrases, punctuated like the corpus; at
+# the lower temperature shorter and more repetitive, at temperature 1 bolder and less
+# coherent. Neither is poetry. Now the test of form: the same held-out Tang poems as for
+# the bigram, continued from their first line.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+forms["Transformer, T = 0.6"] = form_report("Transformer, T = 0.6", continue_poems(
+    model, first_lines, vocab, temperature=0.6, top_p=0.9, use_cache=True,
+    generator=torch.Generator().manual_seed(0)))
+forms["Transformer, T = 1.0"] = form_report("Transformer, T = 1.0", continue_poems(
+    model, first_lines, vocab, temperature=1.0, use_cache=True, generator=torch.Generator().manual_seed(0)))
+
+# %%
+assert forms["the poets (true lines)"]["verse"] > 0.9
+assert all(forms[name]["lines"] > 0 for name in forms)
+
+# %% [markdown]
+# An honest negative result. The poets keep the regulated form in almost every line;
+# after a minute of training the Transformer, like the bigram, almost never does (the
+# printed shares are this run's and vary a little from machine to machine). Its
+# perplexity says it predicts the next character better than the bigram, but its
+# lines are short and irregular, like the *ci* and the sayings that make up three
+# quarters of its training text; the regulated Tang and Song lines are only about
+# 2,000 of its training lines. Counting to five or seven is something attention *can*
+# do (every position may look back at where the line began, and the positional
+# encoding says how far that is), but this small model has not learned it from this
+# much verse in 600 updates. The measure stays in the book as the yardstick for the
+# next steps: more verse, more training, and the refinements of chapter 12.
+#
+# ### What the cache saves
+#
+# Without the cache each step reruns the model on the whole prefix; with it, on one
+# token. Both write the same tokens (checked in section 11); the time differs:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import time
+
+prompt = torch.full((8, 1), BOS_ID)
+timings = {}
+for use_cache in (False, True):
+    start = time.process_time()
+    out = generate(model, prompt, 200, greedy=True, eos_id=None, use_cache=use_cache)
+    timings[use_cache] = time.process_time() - start
+print(f"200 tokens for 8 prompts: {timings[False]:.2f} s of CPU without the cache, "
+      f"{timings[True]:.2f} s with it ({timings[False] / timings[True]:.1f}x faster)")
+
+# %%
+assert timings[True] < timings[False]
+
+# %% [markdown]
+# ## 9 · Saving and loading
+#
+# `LanguageModel` is a chapter-08 `PretrainedModel`: it knows its configuration, so
+# `save_pretrained` writes it as JSON next to the weights (safetensors, no pickle), and
+# `LanguageModel.from_pretrained` rebuilds the same model, tied weights tied. The
+# vocabulary is plain JSON too (chapter 09's `to_dict`); we keep it in the metadata.
+
+# %%
+import tempfile
+from pathlib import Path
+
+saved = model.save_pretrained(Path(tempfile.mkdtemp()) / "poems-lm", metadata={"vocab": vocab.to_dict()})
+print(sorted(p.name for p in saved.iterdir()))
+loaded = LanguageModel.from_pretrained(saved)
+loaded_vocab = CharVocab.from_dict(read_pretrained_config(saved)["metadata"]["vocab"])
+print("config:", loaded.config)
+assert loaded.generator.weight is loaded.embed.embedding.weight
+assert loaded_vocab == vocab and isinstance(loaded_vocab, CharVocab)
+with eval_mode(model):
+    assert torch.equal(loaded(batch_inputs[:4]), model(batch_inputs[:4]))
+print("reloaded: the same logits, bit for bit")
+
+# %% [markdown]
+# ## 10 · Shape trace: one step of training and one of generation
+#
+# The running example is Li Bai's quiet-night poem, 夜思.
+
+# %%
+trace_ids = poem[None, :-1]  # [1, 26]: <bos> 床 前 ... 乡
+print("ids               ", list(trace_ids.shape))
+with eval_mode(model):
+    x = model.embed(trace_ids)
+    print("embedding         ", list(x.shape))
+    x = model.positional(x)
+    print("+ positions       ", list(x.shape))
+    mask = causal_mask(trace_ids.size(1))
+    print("causal mask       ", list(mask.shape))
+    for i, layer in enumerate(model.decoder.layers):
+        x = layer(x, None, mask)
+        print(f"block {i} (no cross)", list(x.shape))
+    x = model.decoder.norm(x)
+    print("final norm        ", list(x.shape))
+    logits = model.generator(x)
+    print("logits            ", list(logits.shape))
+    caches = [{"self": KVCache(30)} for _ in model.decoder.layers]
+    model(trace_ids[:, :12], caches)  # the prompt: <bos> and the first line
+    print("cache after prompt", [list(c["self"]["k"].shape) for c in caches], "(k per layer)")
+    step = model(trace_ids[:, 12:13], caches, start=12)
+    print("one cached step   ", list(step.shape), "cache", list(caches[0]["self"]["k"].shape))
+
+# %% [markdown]
+# ## 11 · Checks
 
 # %%
 # The split is by document: no document is in two parts, and together they are the corpus.
@@ -1083,37 +1345,39 @@ for row in samples:
 print("all checks passed")
 
 # %% [markdown]
-# ## What we can do now, and what is still missing
+# ## 12 · What we can do now, and what is still missing
 #
-# We have real text with a stated source and licence, split so that held-out
-# perplexity is honest; a character vocabulary; training batches cut from one stream;
-# two baselines that count (perplexity 523 and 262 on held-out text); a generator that
-# drives any next-token model with chapter 10's samplers; and a measure of form, by
-# which the poets score 95% and the bigram model 0%.
+# We can train a language model on any text: a decoder-only Transformer built from the
+# package's own blocks (no cross-attention, causal mask, tied weights), trained with
+# chapter 09's `fit` and a language-model loss, measured honestly on held-out documents
+# against counting baselines (its perplexity is about a fifth below the bigram's), run
+# with chapter 10's samplers and KV cache, and saved and reloaded with chapter 08's
+# `save_pretrained`. It has not yet learned the *form* of a regulated poem: by that
+# measure it is no better than the bigram after a minute of training.
 #
-# What is still missing is the training: the model of section 6 is built from the
-# package's decoder block (without cross-attention), with the causal mask, tied weights
-# and chapter 10's cache, but its weights are random, and it predicts worse than a
-# uniform guess. Training it with chapter 09's general loop, on the batches of section
-# 3 and measured against the baselines of section 4, is the next part of this chapter
-# (under construction: it needs chapter 09's general training loop).
+# What it still has is the architecture of 2017. The models that followed kept its
+# shape and changed its parts, each for a measured reason: positions that extrapolate
+# beyond the training length (rotary embeddings), a cheaper normalisation (RMSNorm), a
+# better feed-forward network (SwiGLU), a smaller KV cache (grouped-query attention),
+# and faster attention kernels. Chapter 12 adds them as options of the modules that own
+# each idea, and compares them on this chapter's task.
 
 # %% [markdown]
 # ## Exercises
 #
 # ### Exercise 1 · Perplexity from logits
 # Write `perplexity_of(logits, labels)`: logits [B, T, V] are a model's raw scores,
-# labels [B, T] the true next tokens, where `PAD_ID` marks a position to skip. Return
+# labels [B, T] the true next tokens, where `IGNORE_INDEX` marks a position to skip. Return
 # the perplexity, $\exp$ of the mean negative log-probability of the counted labels,
 # as a Python float. The check compares it with `F.cross_entropy` on random logits with
 # padded labels, and with a uniform model, whose perplexity is $V$.
 
 # %%
 def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """logits [B, T, V], labels [B, T] (PAD_ID = skip) -> exp(mean NLL of the counted labels)."""
+    """logits [B, T, V], labels [B, T] (IGNORE_INDEX = skip) -> exp(mean NLL of the counted labels)."""
     ### BEGIN SOLUTION
     log_probs = logits.log_softmax(dim=-1)  # [B, T, V]
-    keep = labels != PAD_ID  # [B, T]
+    keep = labels != IGNORE_INDEX  # [B, T]
     nll = -log_probs[keep].gather(-1, labels[keep][:, None]).squeeze(-1)  # [N]
     return math.exp(nll.mean().item())
     ### END SOLUTION
@@ -1124,15 +1388,11 @@ def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
 _g = torch.Generator().manual_seed(0)
 _logits = torch.randn(3, 5, 11, generator=_g) * 2  # [B=3, T=5, V=11]
 _labels = torch.randint(4, 11, (3, 5), generator=_g)
-_labels[0, 3:] = PAD_ID  # a padded tail, and one skipped position inside a row
-_labels[2, 1] = PAD_ID
-_want = math.exp(F.cross_entropy(_logits.flatten(0, 1), _labels.flatten(), ignore_index=PAD_ID).item())
+_labels[0, 3:] = IGNORE_INDEX  # a padded tail, and one skipped position inside a row
+_labels[2, 1] = IGNORE_INDEX
+_want = math.exp(F.cross_entropy(_logits.flatten(0, 1), _labels.flatten(), ignore_index=IGNORE_INDEX).item())
 _got = perplexity_of(_logits, _labels)
 assert isinstance(_got, float), f"return a Python float, got {type(_got).__name__}"
-_all = math.exp(F.cross_entropy(_logits.flatten(0, 1), _labels.flatten()).item())
-assert abs(_got - _all) > 1e-4 * _all, (
-    f"expected {_want:.4f}, got {_got:.4f}, the perplexity over every position, the padded "
-    "ones included: skip the labels equal to PAD_ID")
 assert abs(_got - _want) < 1e-4 * _want, (
     f"expected perplexity {_want:.4f} (exp of the mean of -log softmax(logits)[label] over the "
     f"12 counted labels), got {_got:.4f}")
@@ -1146,7 +1406,7 @@ print("ex1 passed")
 # Write `window_at(stream, start, seq_len)`: the input and the labels of the window of
 # `stream` ([N] ids) that starts at `start`, as `random_windows` cuts it: inputs are
 # `seq_len` ids from `start`, labels the `seq_len` ids after each of them, with every
-# `<bos>` label replaced by `<pad>`. Return a pair of 1-D tensors. The check compares it
+# `<bos>` label replaced by `IGNORE_INDEX`. Return a pair of 1-D tensors. The check compares it
 # with the rows of `sequential_windows` on a stream of two short poems, where a window
 # crosses from one poem into the next.
 
@@ -1155,7 +1415,7 @@ def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Ten
     """stream [N] -> (inputs [seq_len], labels [seq_len]) of the window starting at start."""
     ### BEGIN SOLUTION
     window = stream[start:start + seq_len + 1]  # [seq_len + 1]
-    labels = window[1:].masked_fill(window[1:] == BOS_ID, PAD_ID)
+    labels = window[1:].masked_fill(window[1:] == BOS_ID, IGNORE_INDEX)
     return window[:-1], labels
     ### END SOLUTION
 
@@ -1171,12 +1431,12 @@ for _row in range(4):
     assert _mine_in.shape == (5,) and _mine_lab.shape == (5,), (
         f"window at {5 * _row}: expected inputs and labels of shape (5,), got "
         f"{tuple(_mine_in.shape)} and {tuple(_mine_lab.shape)}")
-    _show = lambda t: vocab.decode(t, strip_special=False)  # noqa: E731
+    _show = lambda t: "".join("·" if i == IGNORE_INDEX else vocab.itos[i] for i in t.tolist())  # noqa: E731
     assert torch.equal(_mine_in, _inputs[_row]), (
         f"window at {5 * _row}: inputs should be {_show(_inputs[_row])}, got {_show(_mine_in)}")
     assert torch.equal(_mine_lab, _labels[_row]), (
         f"window at {5 * _row}: labels should be {_show(_labels[_row])} (the inputs shifted by one, "
-        f"<bos> replaced by <pad>), got {_show(_mine_lab)}")
+        f"<bos> replaced by IGNORE_INDEX, shown ·), got {_show(_mine_lab)}")
 print("ex2 passed")
 
 # %% [markdown]
@@ -1236,6 +1496,14 @@ print(f"ex3 passed: {_count} of the {len(_tang)} Tang poems are regulated poems 
 #   (characters seen once become `<unk>`) and keeps chapter 09's special ids.
 # - Training batches are **windows cut from one stream** of `<bos> text <eos>`
 #   documents, no padding; the `<bos>` labels are ignored.
-# - The **baselines** count: the unigram model reaches a held-out perplexity of 523,
-#   the interpolated bigram 262; the bigram writes no regulated couplet, the poets 95%.
-# - `generate` drives any next-token model with chapter 10's samplers.
+# - The **baselines** count: held-out perplexity 523 for the unigram, 262 for the
+#   interpolated bigram. The **decoder-only Transformer** (chapter 07's block with
+#   `cross_attention=False`, causal mask, tied weights, 779k parameters) trained for a
+#   minute with chapter 09's `fit` reaches about a fifth less than the bigram.
+# - **Form**: continuing held-out Tang poems, the poets write regulated couplets in 95%
+#   of their lines; the bigram in none, and the Transformer, after a minute of
+#   training on a corpus that is three quarters prose and *ci*, in hardly any: a lower
+#   perplexity is not yet the shape of a poem.
+# - `generate` drives any next-token model with chapter 10's samplers; with the KV
+#   cache each step costs one token of work. `save_pretrained` / `from_pretrained`
+#   store the model as JSON and safetensors.

@@ -81,8 +81,8 @@ def test_bigram_refuses_bad_arguments(vocab, stream, kwargs, message):
 
 def test_perplexity_equals_exp_cross_entropy_over_the_stream(vocab, stream):
     model = BigramLanguageModel(stream, len(vocab), 0.5)
-    labels = stream[1:].masked_fill(stream[1:] == BOS_ID, PAD_ID)
-    want = math.exp(F.cross_entropy(model.log_probs[stream[:-1]], labels, ignore_index=PAD_ID).item())
+    labels = stream[1:].masked_fill(stream[1:] == BOS_ID, -100)  # chapter 09's IGNORE_INDEX
+    want = math.exp(F.cross_entropy(model.log_probs[stream[:-1]], labels, ignore_index=-100).item())
     for seq_len in (1, 7, 64):  # the bigram looks one token back: windows do not matter
         assert perplexity(model, stream, seq_len, batch_size=3) == pytest.approx(want, rel=1e-5)
 

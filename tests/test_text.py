@@ -22,6 +22,7 @@ from transformer.text import (
     verse_form,
     verse_form_share,
 )
+from transformer.training import IGNORE_INDEX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,6 +140,13 @@ def test_char_vocab_keeps_the_special_ids_and_round_trips(vocab):
     assert isinstance(CharVocab.from_dict(vocab.to_dict()), CharVocab)
 
 
+def test_char_vocab_takes_single_characters_the_line_break_included():
+    assert CharVocab(["明", "\n", "明"]).itos[4:] == ["明", "\n"]
+    for bad in (["明月"], [""], [3]):
+        with pytest.raises(ValueError, match="single characters"):
+            CharVocab(bad)
+
+
 def test_char_vocab_unknown_characters(vocab):
     assert vocab.encode("☃", add_special=False) == [UNK_ID]
     assert vocab.unknown_words("床☃前") == ["☃"]
@@ -174,9 +182,9 @@ def test_stream_is_bos_text_eos_per_document(vocab):
         encode_stream([], vocab)
 
 
-def test_labels_ignore_only_bos():
+def test_labels_ignore_only_bos_and_pad():
     targets = torch.tensor([[5, BOS_ID, 6, EOS_ID, PAD_ID]])
-    assert next_token_labels(targets).tolist() == [[5, PAD_ID, 6, EOS_ID, PAD_ID]]
+    assert next_token_labels(targets).tolist() == [[5, IGNORE_INDEX, 6, EOS_ID, IGNORE_INDEX]]
 
 
 def test_random_windows_are_shifted_slices_of_the_stream(vocab):
@@ -188,7 +196,7 @@ def test_random_windows_are_shifted_slices_of_the_stream(vocab):
         start = next(s for s in range(len(text) - 6) if text[s:s + 6] == row_in
                      and next_token_labels(torch.tensor(text[s + 1:s + 7])).tolist() == row_lab)
         assert start >= 0
-    assert (labels != BOS_ID).all()
+    assert (labels != BOS_ID).all() and (labels == IGNORE_INDEX).any()
     again = random_windows(stream, 16, 6, generator=torch.Generator().manual_seed(0))
     assert torch.equal(again[0], inputs) and torch.equal(again[1], labels)
 
@@ -197,7 +205,7 @@ def test_sequential_windows_label_every_id_but_the_first_once(vocab):
     stream = encode_stream(["床前明月光，疑是地上霜。", "举头望明月"], vocab)  # 21 ids
     inputs, labels = sequential_windows(stream, 8)
     assert inputs.shape == labels.shape == (3, 8)  # ceil(20 / 8)
-    real = labels[labels != PAD_ID].tolist()
+    real = labels[labels != IGNORE_INDEX].tolist()
     expected = [i for i in stream[1:].tolist() if i != BOS_ID]
     assert real == expected
     assert inputs.flatten()[:20].tolist() == stream[:20].tolist()

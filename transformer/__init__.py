@@ -27,7 +27,7 @@ from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate
 # chapter 11: A decoder-only language model
-from transformer.lm import BigramLanguageModel, perplexity, generate, continue_poems, LanguageModel
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, LanguageModel
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 # chapter 14: Appendix: Benchmarks
@@ -110,6 +110,7 @@ __all__ = [
     "load_translator",
     "translate",
     "BigramLanguageModel",
+    "lm_loss",
     "perplexity",
     "generate",
     "continue_poems",

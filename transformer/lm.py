@@ -12,6 +12,7 @@ from transformer.data import BOS_ID, EOS_ID, PAD_ID
 from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F811 (lm.py's own import)
 from transformer.generation import eval_mode
 from transformer.text import next_token_labels, sequential_windows
+from transformer.training import IGNORE_INDEX, evaluate_loss
 
 
 class BigramLanguageModel(nn.Module):
@@ -45,7 +46,7 @@ class BigramLanguageModel(nn.Module):
         if int(stream.min()) < 0 or int(stream.max()) >= vocab_size:
             raise ValueError(f"stream holds ids outside [0, {vocab_size - 1}] (vocab_size={vocab_size})")
         previous, labels = stream[:-1], next_token_labels(stream[1:])  # [N - 1] each
-        keep = labels != PAD_ID
+        keep = labels != IGNORE_INDEX
         previous, labels = previous[keep], labels[keep]
         may_follow = torch.ones(vocab_size)
         may_follow[[PAD_ID, BOS_ID]] = 0.0  # never a label
@@ -63,12 +64,32 @@ class BigramLanguageModel(nn.Module):
         return self.log_probs[ids]
 
 
+def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
+    """The language-model loss of one batch, in the form chapter 09's train_step, fit and
+    evaluate_loss take.
+
+    Args:
+        model: maps ids [B, T] to logits [B, T, V].
+        batch: (inputs [B, T], labels [B, T]) from random_windows or sequential_windows;
+            labels equal to IGNORE_INDEX are skipped.
+
+    Returns:
+        (the mean cross-entropy over the counted labels, a scalar tensor; their number).
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    inputs, labels = batch
+    logits = model(inputs)  # [B, T, V]
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+    return loss, int((labels != IGNORE_INDEX).sum())
+
+
 def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int = 64) -> float:
     """exp(mean cross-entropy) of model's next-token predictions over a whole stream.
 
     The stream is cut by sequential_windows (each id but the first is a label once, with
-    the context of its window); `<bos>` labels are ignored. Runs in eval mode and
-    restores the model's mode.
+    the context of its window; `<bos>` labels are skipped), and chapter 09's
+    evaluate_loss averages lm_loss over them in eval mode.
 
     Args:
         model: maps ids [B, T] to logits [B, T, V] (a language model or a baseline).
@@ -81,19 +102,13 @@ def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int =
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
+    _check_int("batch_size", batch_size)
     inputs, labels = sequential_windows(stream, seq_len)  # [W, T] each
-    total, count = 0.0, 0
-    with eval_mode(model):  # chapter 10: no dropout, no gradients, modes restored after
-        for start in range(0, len(inputs), batch_size):
-            logits = model(inputs[start:start + batch_size])  # [b, T, V]
-            batch_labels = labels[start:start + batch_size]  # [b, T]
-            total += F.cross_entropy(logits.flatten(0, 1).float(), batch_labels.flatten(),
-                                     ignore_index=PAD_ID, reduction="sum").item()
-            count += int((batch_labels != PAD_ID).sum())
-    return math.exp(total / count)
+    batches = list(zip(inputs.split(batch_size), labels.split(batch_size), strict=True))
+    return math.exp(evaluate_loss(model, batches, lm_loss))
 
 # %% chapters/11_language_model.ipynb, cell 22
-from transformer.generation import filter_logits
+from transformer.generation import KVCache, filter_logits
 
 
 def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
@@ -122,7 +137,8 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
             never stops early.
         generator: a seeded torch.Generator for a reproducible draw (default None).
         use_cache: feed one new token per step and keep the keys and values of the
-            earlier ones in per-layer caches (default False: recompute the prefix).
+            earlier ones in chapter 10's per-layer KVCache (default False: recompute
+            the prefix, as a model without a cache, like the bigram, needs).
 
     Returns:
         Ids [B, P + n], n <= max_new_tokens: the prompt, then the new tokens. The loop
@@ -155,7 +171,8 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     with eval_mode(model):
-        caches = [{} for _ in model.decoder.layers] if use_cache else None
+        capacity = prompt.size(1) + max_new_tokens  # chapter 10's cache, allocated once
+        caches = [{"self": KVCache(capacity)} for _ in model.decoder.layers] if use_cache else None
         tokens = prompt
         done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
         logits = (model(prompt, caches) if use_cache else model(prompt))[:, -1]  # [B, V]
@@ -298,4 +315,4 @@ class LanguageModel(PretrainedModel):
         x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 
-__all__ = ["BigramLanguageModel", "perplexity", "generate", "continue_poems", "LanguageModel"]
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "generate", "continue_poems", "LanguageModel"]

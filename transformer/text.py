@@ -128,17 +128,34 @@ import torch
 from torch import Tensor
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from transformer.embedding import _check_bool
 
 
 class CharVocab(Vocab):
     """Chapter 09's Vocab with characters as tokens: every character is one id.
 
     The special tokens keep their ids (`<pad>` 0, `<bos>` 1, `<eos>` 2, `<unk>` 3); a
-    newline is a character like any other. `CharVocab(chars)` builds the table from
-    an iterable of distinct characters; `CharVocab.build(texts)` counts them.
+    line break is a character like any other (chapter 09's words may not hold one).
+    `CharVocab.build(texts)` counts the characters of texts.
+
+    Args:
+        chars: the characters, in id order from 4 (repeats are skipped); each a str of
+            length 1.
+
+    Raises:
+        ValueError: an item of chars is not a single character.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
+
+    def __init__(self, chars: Iterable[str]):
+        super().__init__([])  # the special tokens alone
+        for char in chars:
+            if not isinstance(char, str) or len(char) != 1:
+                raise ValueError(f"chars must be single characters, got {char!r}")
+            if char not in self.stoi:
+                self.stoi[char] = len(self.itos)
+                self.itos.append(char)
 
     @classmethod
     def build(cls, texts: Iterable[str], min_count: int = 1) -> "CharVocab":
@@ -176,8 +193,11 @@ class CharVocab(Vocab):
             The ids, a list of int.
 
         Raises:
-            ValueError: text is empty, or longer than max_len.
+            ValueError: text is empty, longer than max_len, or an argument is out of range.
         """
+        _check_bool("add_special", add_special)
+        if max_len is not None:
+            _check_int("max_len", max_len)
         if not isinstance(text, str) or not text:
             raise ValueError(f"text must be a non-empty string, got {text!r}")
         ids = [self.stoi.get(char, UNK_ID) for char in text]
@@ -208,8 +228,8 @@ class CharVocab(Vocab):
             ids = ids.tolist()
         chars = []
         for i in ids:
-            if not 0 <= i < len(self.itos):
-                raise IndexError(f"id {i} is outside the vocabulary [0, {len(self.itos) - 1}]")
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.itos):
+                raise IndexError(f"id {i!r} is outside the vocabulary [0, {len(self.itos) - 1}]")
             if strip_special and i == EOS_ID:
                 break
             if not (strip_special and i in (PAD_ID, BOS_ID)):
@@ -217,6 +237,9 @@ class CharVocab(Vocab):
         return "".join(chars)
 
 # %% chapters/11_language_model.ipynb, cell 14
+from transformer.training import IGNORE_INDEX
+
+
 def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
     """Encode texts into one stream of ids: `<bos> text <eos> <bos> text <eos> ...`.
 
@@ -239,7 +262,7 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
 
 
 def next_token_labels(targets: Tensor) -> Tensor:
-    """The labels for next-token targets: `<bos>` replaced by `<pad>`, which the loss ignores.
+    """The labels for next-token targets: `<bos>` and `<pad>` replaced by IGNORE_INDEX, which the loss skips.
 
     After an `<eos>` the next token is always `<bos>`: certain, not text, and never to
     be generated, so it is not learned.
@@ -248,11 +271,11 @@ def next_token_labels(targets: Tensor) -> Tensor:
         targets: ids [...] (the inputs shifted by one).
 
     Returns:
-        A copy of targets with PAD_ID where it held BOS_ID.
+        A copy of targets with IGNORE_INDEX (chapter 09) where it held BOS_ID or PAD_ID.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
-    return targets.masked_fill(targets == BOS_ID, PAD_ID)
+    return targets.masked_fill((targets == BOS_ID) | (targets == PAD_ID), IGNORE_INDEX)
 
 
 def _check_windows(stream: Tensor, seq_len: int, need: int) -> None:
@@ -276,7 +299,7 @@ def random_windows(stream: Tensor, batch_size: int, seq_len: int,
 
     Returns:
         (inputs [B, T], labels [B, T]): labels[b, t] is the id after inputs[b, t], with
-        `<bos>` labels replaced by `<pad>` (see next_token_labels).
+        `<bos>` labels replaced by IGNORE_INDEX (see next_token_labels).
 
     Raises:
         ValueError: stream is not a 1-D LongTensor, batch_size or seq_len is not a
@@ -296,7 +319,7 @@ def sequential_windows(stream: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     is a label exactly once.
 
     Window i covers ids i·T .. i·T + T (neighbours share one id); the last window is
-    padded with `<pad>`, which the loss ignores.
+    padded with `<pad>`, whose labels are IGNORE_INDEX.
 
     Args:
         stream: ids [N] from encode_stream.

@@ -7,41 +7,41 @@ the whole source of the exercise's solution cell, as a student would return it.
 
 NEAR_MISSES = {
     "ex1-perplexity": {
-        "averages over every position, the padded ones included": '''
+        "averages over every position, the skipped ones clamped to id 0": '''
 def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """logits [B, T, V], labels [B, T] (PAD_ID = skip) -> exp(mean NLL of the counted labels)."""
+    """logits [B, T, V], labels [B, T] (IGNORE_INDEX = skip) -> exp(mean NLL of the counted labels)."""
     log_probs = logits.log_softmax(dim=-1)
-    nll = -log_probs.gather(-1, labels[..., None]).squeeze(-1)
+    nll = -log_probs.gather(-1, labels.clamp(min=0)[..., None]).squeeze(-1)
     return math.exp(nll.mean().item())
 ''',
         "takes the raw logits as log-probabilities (no softmax)": '''
 def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """logits [B, T, V], labels [B, T] (PAD_ID = skip) -> exp(mean NLL of the counted labels)."""
-    keep = labels != PAD_ID
+    """logits [B, T, V], labels [B, T] (IGNORE_INDEX = skip) -> exp(mean NLL of the counted labels)."""
+    keep = labels != IGNORE_INDEX
     nll = -logits[keep].gather(-1, labels[keep][:, None]).squeeze(-1)
     return math.exp(nll.mean().item())
 ''',
         "exponentiates the sum instead of the mean": '''
 def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """logits [B, T, V], labels [B, T] (PAD_ID = skip) -> exp(mean NLL of the counted labels)."""
+    """logits [B, T, V], labels [B, T] (IGNORE_INDEX = skip) -> exp(mean NLL of the counted labels)."""
     log_probs = logits.log_softmax(dim=-1)
-    keep = labels != PAD_ID
+    keep = labels != IGNORE_INDEX
     nll = -log_probs[keep].gather(-1, labels[keep][:, None]).squeeze(-1)
     return math.exp(nll.sum().item())
 ''',
         "uses base 2 (2 ** cross-entropy in nats)": '''
 def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """logits [B, T, V], labels [B, T] (PAD_ID = skip) -> exp(mean NLL of the counted labels)."""
+    """logits [B, T, V], labels [B, T] (IGNORE_INDEX = skip) -> exp(mean NLL of the counted labels)."""
     log_probs = logits.log_softmax(dim=-1)
-    keep = labels != PAD_ID
+    keep = labels != IGNORE_INDEX
     nll = -log_probs[keep].gather(-1, labels[keep][:, None]).squeeze(-1)
     return 2.0 ** nll.mean().item()
 ''',
         "returns the mean probability's inverse, not exp of the mean log": '''
 def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """logits [B, T, V], labels [B, T] (PAD_ID = skip) -> exp(mean NLL of the counted labels)."""
+    """logits [B, T, V], labels [B, T] (IGNORE_INDEX = skip) -> exp(mean NLL of the counted labels)."""
     probs = logits.softmax(dim=-1)
-    keep = labels != PAD_ID
+    keep = labels != IGNORE_INDEX
     p = probs[keep].gather(-1, labels[keep][:, None]).squeeze(-1)
     return 1.0 / p.mean().item()
 ''',
@@ -51,7 +51,7 @@ def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
 def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """stream [N] -> (inputs [seq_len], labels [seq_len]) of the window starting at start."""
     window = stream[start:start + seq_len]
-    return window, window.masked_fill(window == BOS_ID, PAD_ID)
+    return window, window.masked_fill(window == BOS_ID, IGNORE_INDEX)
 ''',
         "keeps the <bos> labels": '''
 def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,14 +63,14 @@ def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Ten
 def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """stream [N] -> (inputs [seq_len], labels [seq_len]) of the window starting at start."""
     window = stream[start:start + seq_len + 1]
-    return window[:-1].masked_fill(window[:-1] == BOS_ID, PAD_ID), window[1:]
+    return window[:-1].masked_fill(window[:-1] == BOS_ID, IGNORE_INDEX), window[1:]
 ''',
         "cuts seq_len ids and shifts inside them (labels one short, padded)": '''
 def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """stream [N] -> (inputs [seq_len], labels [seq_len]) of the window starting at start."""
     window = stream[start:start + seq_len]
-    labels = torch.cat([window[1:], window.new_tensor([PAD_ID])])
-    return window, labels.masked_fill(labels == BOS_ID, PAD_ID)
+    labels = torch.cat([window[1:], window.new_tensor([IGNORE_INDEX])])
+    return window, labels.masked_fill(labels == BOS_ID, IGNORE_INDEX)
 ''',
     },
     "ex3-regulated": {
