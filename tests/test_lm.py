@@ -7,8 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.lm import BigramLanguageModel, LanguageModel, continue_poems, generate, perplexity
-from transformer.text import CharVocab, encode_stream
+from transformer.lm import (
+    BigramLanguageModel,
+    LanguageModel,
+    continue_poems,
+    generate,
+    lm_loss,
+    perplexity,
+)
+from transformer.text import CharVocab, encode_stream, random_windows
+from transformer.training import IGNORE_INDEX, TrainState, fit
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +93,22 @@ def test_perplexity_equals_exp_cross_entropy_over_the_stream(vocab, stream):
     want = math.exp(F.cross_entropy(model.log_probs[stream[:-1]], labels, ignore_index=-100).item())
     for seq_len in (1, 7, 64):  # the bigram looks one token back: windows do not matter
         assert perplexity(model, stream, seq_len, batch_size=3) == pytest.approx(want, rel=1e-5)
+
+
+def test_lm_loss_is_the_mean_over_counted_labels_in_fits_form(vocab, stream):
+    torch.manual_seed(0)
+    model = LanguageModel(len(vocab), d_model=16, num_heads=2, num_layers=1, dropout=0.0)
+    inputs, labels = random_windows(stream, 8, 20, torch.Generator().manual_seed(0))
+    assert (labels == IGNORE_INDEX).any()  # windows across a document boundary
+    loss, count = lm_loss(model, (inputs, labels))
+    keep = labels != IGNORE_INDEX
+    logits = model(inputs)
+    want = -logits.log_softmax(-1)[keep].gather(-1, labels[keep][:, None]).mean()
+    assert count == int(keep.sum()) and loss.item() == pytest.approx(want.item(), rel=1e-5)
+    # chapter 09's fit trains a language model with it: the loss falls on a repeated batch
+    state = TrainState(model, torch.optim.Adam(model.parameters(), lr=1e-2))
+    run = fit(state, [(inputs, labels)] * 30, loss_fn=lm_loss, epochs=1, progress=False)
+    assert run["loss"][-1] < 0.5 * run["loss"][0]
 
 
 def test_perplexity_of_a_uniform_model_is_the_number_of_choices(vocab, stream):
