@@ -118,10 +118,11 @@ class MultiHeadAttention(nn.Module):
         # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
-    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def project(self, query: Tensor, key: Tensor, value: Tensor,
+                stack: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V projections, each [B, T, d_model], with as few matrix multiplies as possible.
 
-        Self-attention (query is key is value) over 64 positions or more: ONE multiply by
+        Self-attention (query is key is value) with stack=True: ONE multiply by
         the three weights stacked, [3·d_model, d_model] (nn.MultiheadAttention's
         in_proj_weight). Otherwise three, one
         per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
@@ -131,13 +132,16 @@ class MultiHeadAttention(nn.Module):
             query: [B, Tq, d_model].
             key: [B, Tk, d_model].
             value: [B, Tk, d_model].
+            stack: allow the one-multiply path (default True). forward passes False
+                when decoding with a cache: stacking copies the weights (3·d_model²
+                numbers), worth it for a batch of positions, not for the one new
+                position of a decoding step (chapter 10). A flag, not a test on the
+                tensor's size, so that torch.export sees one graph for every size.
 
         Returns:
             q [B, Tq, d_model], k and v [B, Tk, d_model].
         """
-        # Stacking the weights copies them (3·d_model² numbers): worth it for a batch of
-        # positions, not for the one or two positions of a decoding step (chapter 10).
-        if query is key and key is value and query.size(0) * query.size(1) >= 64:
+        if stack and query is key and key is value:
             qkv = _fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))  # [B, T, 3·d_model]
             return qkv.chunk(3, dim=-1)  # three views, no copy
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
@@ -187,7 +191,8 @@ class MultiHeadAttention(nn.Module):
             q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
         else:
-            q, k, v = map(self.split_heads, self.project(query, key, value))  # [B, h, T, d_head]
+            q, k, v = map(self.split_heads, self.project(query, key, value,
+                                                       stack=cache is None))  # [B, h, T, d_head]
             if cache is not None and not static_kv and hasattr(cache, "append"):
                 k, v = cache.append(k, v)  # a preallocated cache writes in place (chapter 10)
             elif cache is not None and not static_kv and "k" in cache:
