@@ -286,3 +286,34 @@ def test_lm_refuses_bad_calls():
         model(torch.zeros(1, 41, dtype=torch.long))
     with pytest.raises(ValueError, match="start"):
         model(torch.zeros(1, 2, dtype=torch.long), start=-1)
+
+
+# --- the toolchain: torch.export and torch.compile(fullgraph=True) -------------------------
+
+def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager():
+    model = small_lm()
+    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", max=40)
+    program = torch.export.export(model, (torch.randint(4, 30, (3, 9)),),
+                                  dynamic_shapes={"ids": {0: batch, 1: length}})
+    for b, t in [(1, 1), (2, 5), (5, 40)]:
+        ids = torch.randint(4, 30, (b, t))
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(ids), model(ids), atol=1e-5, rtol=0)
+
+
+def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check():
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    model = small_lm()
+    compiled = torch.compile(model, backend=counting_backend, fullgraph=True, dynamic=False)
+    ids = torch.randint(4, 30, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids), model(ids), atol=1e-5, rtol=0)
+    assert len(graphs) == 1
+    with pytest.raises(IndexError, match="ids must lie in"):
+        model(torch.full((1, 3), 30))  # an id outside the vocabulary, in eager mode
