@@ -13,6 +13,8 @@ STAMP := $(VENV)/.installed-stamp
 # Same thread count everywhere, so that stored outputs reproduce.
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
+# Chapters run at the same time by make book, nbval and exercises (2 cores here).
+export BOOK_JOBS ?= 2
 
 .PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
         execute checkpoint book site lab student grade check course clean clean-student
@@ -73,8 +75,10 @@ lint: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest tests -m "not nbgrader"
 
+# Two chapters at a time (BOOK_JOBS, as make book and make exercises): pytest-xdist gives
+# each worker whole notebooks (--dist loadfile), each in a kernel of its own.
 nbval: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider --nbval chapters --nbval-current-env \
+	$(PY) -m pytest -p no:cacheprovider -n $(BOOK_JOBS) --dist loadfile --nbval chapters --nbval-current-env \
 		--nbval-sanitize-with tools/sanitize.cfg --nbval-cell-timeout=900 -o addopts=""
 
 exercises: $(STAMP)

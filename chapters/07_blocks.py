@@ -412,6 +412,10 @@ class EncoderBlock(nn.Module):
 # tokens $0..t$, and the memory's keys and values are projected once per sentence
 # (`static_kv=True`). With `cache=None`, the default, nothing changes; chapter 10
 # explains it.
+#
+# One option looks ahead to chapter 11: `cross_attention=False` builds the block
+# *without* its second sublayer (and its norm), for a model that has no encoder to read,
+# a decoder-only language model. The default is the block of the paper.
 
 # %%
 #| export
@@ -433,6 +437,9 @@ class DecoderBlock(nn.Module):
     Each sublayer has a residual path and a LayerNorm (norm1, norm2, norm3); Post-LN
     (the paper) by default, Pre-LN with norm_first=True. Attribute names follow
     torch.nn.TransformerDecoderLayer (self_attn, cross_attn for its multihead_attn).
+    With cross_attention=False the block has no cross-attention sublayer (cross_attn,
+    norm2 and dropout2 are None) and reads no memory: the block of a decoder-only
+    language model (chapter 11).
 
     Args:
         d_model: size of the vectors, > 0, divisible by num_heads.
@@ -441,23 +448,25 @@ class DecoderBlock(nn.Module):
         dropout: dropout probability, in [0, 1) (default 0.1).
         activation: "relu" (default) or "gelu".
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
+        cross_attention: keep the cross-attention sublayer (default True, the paper).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False):
+                 activation: str = "relu", norm_first: bool = False, cross_attention: bool = True):
         super().__init__()
         self.d_model = d_model
+        self.cross_attention = _check_bool("cross_attention", cross_attention)
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout) if cross_attention else None
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
         self.norm3 = nn.LayerNorm(d_model)
         self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout) if cross_attention else None
         self.dropout3 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
@@ -472,13 +481,14 @@ class DecoderBlock(nn.Module):
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout3(self.ffn(x))  # [B, T, d_model]
 
-    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+    def forward(self, x: Tensor, memory: Tensor | None, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
         """One decoder layer.
 
         Args:
             x: the target stream [batch, tgt_len, d_model].
-            memory: the encoder output [batch, src_len, d_model], same batch and dtype.
+            memory: the encoder output [batch, src_len, d_model], same batch and dtype;
+                None for a block built with cross_attention=False.
             tgt_mask: optional bool, True = may attend, broadcastable to
                 [batch, heads, tgt_len, tgt_len] (causal AND padding).
             memory_mask: optional bool, broadcastable to [batch, heads, tgt_len, src_len]
@@ -490,11 +500,25 @@ class DecoderBlock(nn.Module):
             [batch, tgt_len, d_model].
 
         Raises:
-            ValueError: a shape does not fit, or the batch sizes differ.
+            ValueError: a shape does not fit, the batch sizes differ, or memory is given
+                to a block without cross-attention (or missing for one with it).
             TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
         """
         dtype = self.norm1.weight.dtype
         _check_stream(x, self.d_model, "x", dtype)
+        if not self.cross_attention:
+            if memory is not None or memory_mask is not None:
+                raise ValueError("this DecoderBlock has no cross-attention (cross_attention=False): "
+                                 "pass memory=None and memory_mask=None")
+            self_cache = None if cache is None else cache.setdefault("self", {})
+            if self.norm_first:
+                x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache)
+                return x + self._ff_block(self.norm3(x))
+            x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache))
+            return self.norm3(x + self._ff_block(x))
+        if memory is None:
+            raise ValueError("memory is None, but this DecoderBlock cross-attends to it: pass the "
+                             "encoder output [batch, src_len, d_model] (or build it with cross_attention=False)")
         _check_stream(memory, self.d_model, "memory", dtype)
         if memory.size(0) != x.size(0):
             raise ValueError(
@@ -567,29 +591,32 @@ class Decoder(nn.Module):
 
     Args:
         num_layers: number of blocks, > 0.
-        d_model, num_heads, d_ff, dropout, activation, norm_first: as in DecoderBlock.
+        d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention: as
+            in DecoderBlock (cross_attention=False: the stack of a decoder-only model,
+            which reads no memory).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
-                 dropout: float = 0.1, activation: str = "relu", norm_first: bool = False):
+                 dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
+                 cross_attention: bool = True):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
-            DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first)
+            DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention)
             for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+    def forward(self, x: Tensor, memory: Tensor | None, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, caches: list[dict] | None = None) -> Tensor:
         """Run every block on the same memory.
 
         Args:
             x: [batch, tgt_len, d_model].
-            memory: [batch, src_len, d_model].
+            memory: [batch, src_len, d_model] (None without cross-attention).
             tgt_mask, memory_mask: as in DecoderBlock (bool, True = may attend).
             caches: None, or a list of num_layers dicts, one per layer (chapter 10).
 

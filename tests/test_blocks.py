@@ -237,3 +237,52 @@ def test_incremental_decoding_matches_full():
     except TypeError as err:
         pytest.skip(f"MultiHeadAttention has no cache argument yet: {err}")
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+# --- the block without cross-attention (chapter 11's decoder-only language model) -------
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_block_without_cross_attention_is_a_causal_encoder_block(norm_first):
+    """cross_attention=False leaves self-attention and FFN: an EncoderBlock under a causal mask."""
+    torch.manual_seed(3)
+    block = DecoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first, cross_attention=False).eval()
+    randomise_norms(block)
+    assert block.cross_attn is None and block.norm2 is None and block.dropout2 is None
+    assert not any(name.startswith(("cross_attn", "norm2")) for name, _ in block.named_parameters())
+    reference = EncoderBlock(D, H, FF, dropout=0.0, norm_first=norm_first).eval()
+    with torch.no_grad():
+        reference.self_attn.load_state_dict(block.self_attn.state_dict())
+        reference.ffn.load_state_dict(block.ffn.state_dict())
+        reference.norm1.load_state_dict(block.norm1.state_dict())
+        reference.norm2.load_state_dict(block.norm3.state_dict())  # the FFN's norm
+    x = torch.randn(3, 6, D)
+    torch.testing.assert_close(block(x, None, causal_mask(6)), reference(x, causal_mask(6)))
+
+
+def test_decoder_without_cross_attention_caches_self_attention_only():
+    torch.manual_seed(4)
+    dec = Decoder(2, D, H, FF, dropout=0.0, norm_first=True, cross_attention=False).eval()
+    y = torch.randn(2, 5, D)
+    full = dec(y, None, causal_mask(5))
+    caches = [{} for _ in dec.layers]
+    steps = [dec(y[:, t:t + 1], None, None, caches=caches) for t in range(5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert all(set(cache) == {"self"} for cache in caches)
+    # No future leak: changing position 3 leaves positions 0..2 alone.
+    y2 = y.clone()
+    y2[:, 3] += 1.0
+    torch.testing.assert_close(dec(y2, None, causal_mask(5))[:, :3], full[:, :3])
+
+
+def test_memory_and_cross_attention_must_agree():
+    without = DecoderBlock(D, H, FF, cross_attention=False)
+    with pytest.raises(ValueError, match="no cross-attention"):
+        without(torch.randn(1, 2, D), torch.randn(1, 3, D))
+    with pytest.raises(ValueError, match="no cross-attention"):
+        without(torch.randn(1, 2, D), None, memory_mask=torch.ones(1, 1, 1, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="memory is None"):
+        DecoderBlock(D, H, FF)(torch.randn(1, 2, D), None)
+    with pytest.raises(ValueError, match="cross_attention"):
+        DecoderBlock(D, H, FF, cross_attention=1)
+    assert sum(p.numel() for p in without.parameters()) == sum(
+        p.numel() for p in DecoderBlock(D, H, FF).parameters()) - (4 * D * D + 4 * D) - 2 * D

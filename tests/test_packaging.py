@@ -33,7 +33,10 @@ def test_wheel_holds_the_package_and_not_the_book(tmp_path):
     assert "transformer/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
-    assert "License-Expression: MIT" in metadata
+    assert "License-Expression: MIT AND GPL-3.0-or-later" in metadata  # the code; chapter 11's corpus
+    corpus = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "corpora").iterdir()]
+    assert "transformer/corpora/classical_chinese.txt" in corpus and all(c in names for c in corpus), (
+        "the corpus, its README and its licence must be in the wheel")
     assert not any(n.startswith(("chapters/", "tests/", "tools/")) for n in names)
 
     # Installed on its own (no repository on the path), it imports and works.

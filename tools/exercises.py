@@ -14,7 +14,7 @@
     python tools/exercises.py check NOTEBOOK
         a student's self-check: run the notebook with the chapter's checks (hidden tests
         left out) and print passed/failed per exercise with the message; exit 0 if all pass
-    python tools/exercises.py verify [CHAPTER ...] [-v]
+    python tools/exercises.py verify [CHAPTER ...] [-v] [--jobs N]
         for each chapter: at least three exercises, each followed by its check; every
         check passed in the committed (nbval-verified) notebook; and, in one fresh run
         of the chapter, every check passes on the solution and fails on the student
@@ -37,10 +37,13 @@ import ast
 import copy
 import hashlib
 import json
+import os
 import re
 import runpy
 import sys
 import textwrap
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +66,7 @@ from notebooks import (  # noqa: E402
     read_chapter,
     solution_regions,
     stamp_notebook,
+    stored_seconds,
     strip_hidden_tests,
 )
 
@@ -462,6 +466,25 @@ def defined_names(source: str) -> list[str]:
     return sorted(names)
 
 
+def verified(chapters: list[Chapter], verbose: bool = False,
+             jobs: int = 1) -> Iterator[tuple[Chapter, list[str]]]:
+    """(chapter, its problems) for each chapter, in order; `jobs` chapters run at once
+    (each in a kernel of its own), except in verbose mode, whose output would interleave."""
+    if verbose or jobs <= 1 or len(chapters) <= 1:
+        for chapter in chapters:
+            if verbose:
+                print(f"{chapter.rel}:", flush=True)
+            yield chapter, verify(chapter, verbose=verbose)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # Longest first (by the run time the committed cells record), so that the
+        # slowest chapter does not start last and run alone.
+        longest_first = sorted(chapters, key=lambda c: stored_seconds(c.notebook), reverse=True)
+        futures = {chapter.rel: pool.submit(verify, chapter) for chapter in longest_first}
+        for chapter in chapters:
+            yield chapter, futures[chapter.rel].result()
+
+
 def verify(chapter: Chapter, verbose: bool = False,
            answers: dict[str, dict[str, str]] | None = None) -> list[str]:
     """All problems with a chapter's exercises; empty when they are sound.
@@ -597,7 +620,10 @@ def main(argv: list[str] | None = None) -> int:
     verifier = commands.add_parser("verify", help="prove every check can fail")
     verifier.add_argument("chapters", nargs="*", type=Path)
     verifier.add_argument("-v", "--verbose", action="store_true",
-                          help="print each wrong answer's failure message")
+                          help="print each wrong answer's failure message (one chapter at a time)")
+    verifier.add_argument("--jobs", "-j", type=int,
+                          default=int(os.environ.get("BOOK_JOBS", min(2, os.cpu_count() or 1))),
+                          help="chapters verified at the same time (default 2, or $BOOK_JOBS)")
     stamper = commands.add_parser("stamp", help="write nbgrader metadata into the chapters")
     stamper.add_argument("chapters", nargs="*", type=Path)
     stamper.add_argument("--check", action="store_true",
@@ -658,10 +684,7 @@ def main(argv: list[str] | None = None) -> int:
             return nbgrader_course.write_course(args.directory,
                                                 with_exercises(selected(args.chapters)))
         proven, failures = 0, 0
-        for chapter in selected(args.chapters):
-            if args.verbose:
-                print(f"{chapter.rel}:", flush=True)
-            problems = verify(chapter, verbose=args.verbose)
+        for chapter, problems in verified(selected(args.chapters), args.verbose, args.jobs):
             status = "ok" if not problems else "PROBLEMS"
             answers = sum(len(v) for v in near_misses(chapter).values())
             print(f"{chapter.rel}: {len(chapter.checks)} checks, {answers} near-miss answers, "

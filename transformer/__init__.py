@@ -26,6 +26,10 @@ from transformer.training import IGNORE_INDEX, shift_targets, label_smoothed_cro
 from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, PUNCTUATION, SENTENCE_END, tokenize, Vocab, pad_sequences, collate, make_batches
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command
+# chapter 11: A decoder-only language model
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, LanguageModel
+# chapter 11: A decoder-only language model
+from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 # chapter 13: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
 from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command
 # chapter 14: Appendix: Benchmarks
@@ -108,6 +112,25 @@ __all__ = [
     "load_translator",
     "translate",
     "translate_command",
+    "BigramLanguageModel",
+    "lm_loss",
+    "perplexity",
+    "generate",
+    "continue_poems",
+    "LanguageModel",
+    "CORPUS_FILE",
+    "Document",
+    "read_corpus",
+    "TextSplit",
+    "split_documents",
+    "CharVocab",
+    "encode_stream",
+    "next_token_labels",
+    "random_windows",
+    "sequential_windows",
+    "VERSE_LINE",
+    "verse_form",
+    "verse_form_share",
     "CONFIG_DEFAULTS",
     "PRECISIONS",
     "DEVICES",
