@@ -315,11 +315,11 @@ def test_cuda_model_and_decoders_match_the_cpu():
 @cuda
 def test_cuda_ddp_step_matches_the_cpu(tmp_path):
     cpu = train_from_config(tiny(device="cpu"), tmp_path / "cpu", progress=False, verbose=False)
-    gpu = torchrun(tmp_path, tiny(device="cuda"), tmp_path / "gpu", processes=1)  # nccl
+    gpu = torchrun(tmp_path, tiny(device="cuda"), tmp_path / "gpu", processes=1)  # the command, on the GPU
     assert gpu.returncode == 0, gpu.stderr[-3000:]
     assert max_difference(tmp_path / "cpu", tmp_path / "gpu") < 1e-3
     assert abs(cpu["loss"][-1] - metrics(tmp_path / "gpu")["losses"][-1]) < 1e-3
-    if torch.cuda.device_count() >= 2:  # a real DDP step over two GPUs
+    if torch.cuda.device_count() >= 2:  # DDP over two GPUs with nccl (one GPU cannot hold two nccl ranks)
         two = torchrun(tmp_path, tiny(device="cuda"), tmp_path / "gpu2", processes=2)
         assert two.returncode == 0, two.stderr[-3000:]
         assert max_difference(tmp_path / "cpu", tmp_path / "gpu2") < 1e-3
