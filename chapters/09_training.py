@@ -1096,7 +1096,7 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 # sentences. A `tqdm` progress bar shows how far along training is.
 #
 # We write the loop once, for any model and any data, because later chapters reuse it:
-# chapter 11 trains a decoder-only language model with it, chapter 13 spreads it over
+# chapter 11 trains a decoder-only language model with it, chapter 12 spreads it over
 # several processes. Three small pieces make it general:
 #
 # - **the loss of one batch is a function** `loss_fn(model, batch) -> (mean loss, tokens)`.
@@ -1112,7 +1112,7 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 #   To get exactly the whole batch's gradient, each piece's mean loss is weighted by its
 #   token count, and the sum is divided by the total count at the end.
 #
-# Chapter 13 runs the same step on several processes at once and in mixed precision. For
+# Chapter 12 runs the same step on several processes at once and in mixed precision. For
 # that, `train_step` takes two optional functions, which stay None here: `no_sync` (the
 # micro-batches before the last one keep their gradients to themselves) and `all_reduce`
 # (adds a number up over all processes, so that every process divides by the tokens of
@@ -1164,7 +1164,7 @@ class TrainState:
         optimizer: its optimizer (for example from `make_optimizer`).
         scheduler: the learning-rate schedule, stepped after each update, or None.
         step: the number of updates made so far (default 0).
-        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 13), or None
+        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 12), or None
             (default).
     """
 
@@ -1260,10 +1260,10 @@ def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss
         micro_batches: pieces to cut the batch into along its first axis, forward and
             backward one at a time (gradient accumulation; default 1). The update is the
             whole batch's: each piece is weighted by its tokens.
-        no_sync: data parallelism (chapter 13): a function returning a context manager
+        no_sync: data parallelism (chapter 12): a function returning a context manager
             under which the micro-batches before the last go forward and backward without
             exchanging gradients (DistributedDataParallel.no_sync); default None.
-        all_reduce: data parallelism (chapter 13): a function that returns the sum of a
+        all_reduce: data parallelism (chapter 12): a function that returns the sum of a
             tensor over all processes. The loss and the token count are summed with it, so
             that every process divides the summed gradients by the whole batch's tokens
             and reports its loss; default None (one process).

@@ -1515,7 +1515,7 @@ for bad in ["I love pineapples and mangoes", "<eos> <pad>", "", 123]:
 # sentence. A sentence it cannot translate gets a message on standard error and the exit
 # status 2, a checkpoint it cannot load the exit status 1; never a traceback. (The file
 # that `python -m transformer` runs, `transformer/__main__.py`, only hands each command to
-# its function; chapter 13 writes it, when it adds a second command, `train`.)
+# its function; chapter 12 writes it, when it adds a second command, `train`.)
 
 # %%
 #| export

@@ -1224,7 +1224,7 @@ assert all(forms[name]["lines"] > 0 for name in forms)
 # do (every position may look back at where the line began, and the positional
 # encoding says how far that is), but this small model has not learned it from this
 # much verse in 600 updates. The measure stays in the book as the yardstick for the
-# next steps: more verse, more training, and the refinements of chapter 12.
+# next steps: more verse, more training, and the refinements that followed 2017.
 #
 # ### What the cache saves
 #
@@ -1359,8 +1359,15 @@ print("all checks passed")
 # shape and changed its parts, each for a measured reason: positions that extrapolate
 # beyond the training length (rotary embeddings), a cheaper normalisation (RMSNorm), a
 # better feed-forward network (SwiGLU), a smaller KV cache (grouped-query attention),
-# and faster attention kernels. Chapter 12 adds them as options of the modules that own
-# each idea, and compares them on this chapter's task.
+# and faster attention kernels. Those come later in Part II, as options of the modules
+# that own each idea, compared on this chapter's task.
+#
+# First, the other half of "more training". This chapter's minute of training on one
+# process is what a laptop allows; a real corpus needs many processes, and a long run must
+# survive a crash. Chapter 12 takes chapter 09's training step, which this chapter used
+# unchanged, and runs it on several processes at once, in mixed precision, with
+# checkpoints it can resume from, and shows that none of that changes the result beyond
+# float rounding.
 
 # %% [markdown]
 # ## Exercises

@@ -1,4 +1,4 @@
-"""Chapter 13: training on several processes (torchrun, DDP, gloo on CPU), configs, resume.
+"""Chapter 12: training on several processes (torchrun, DDP, gloo on CPU), configs, resume.
 
 The equivalences are measured on a tiny model (d_model 16, 1 + 1 layers, ~50 words a
 side, 6 steps of 16 sentences). Tolerances: DDP and accumulation change only the order

@@ -30,7 +30,7 @@ from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greed
 from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, LanguageModel
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
-# chapter 13: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
+# chapter 12: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
 from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command
 # chapter 14: Appendix: Benchmarks
 from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step_fn, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second

@@ -208,7 +208,7 @@ class TrainState:
         optimizer: its optimizer (for example from `make_optimizer`).
         scheduler: the learning-rate schedule, stepped after each update, or None.
         step: the number of updates made so far (default 0).
-        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 13), or None
+        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 12), or None
             (default).
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
@@ -308,10 +308,10 @@ def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss
         micro_batches: pieces to cut the batch into along its first axis, forward and
             backward one at a time (gradient accumulation; default 1). The update is the
             whole batch's: each piece is weighted by its tokens.
-        no_sync: data parallelism (chapter 13): a function returning a context manager
+        no_sync: data parallelism (chapter 12): a function returning a context manager
             under which the micro-batches before the last go forward and backward without
             exchanging gradients (DistributedDataParallel.no_sync); default None.
-        all_reduce: data parallelism (chapter 13): a function that returns the sum of a
+        all_reduce: data parallelism (chapter 12): a function that returns the sum of a
             tensor over all processes. The loss and the token count are summed with it, so
             that every process divides the summed gradients by the whole batch's tokens
             and reports its loss; default None (one process).

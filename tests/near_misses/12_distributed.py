@@ -1,4 +1,4 @@
-"""Near-miss answers to chapter 13's exercises: mistakes students really make.
+"""Near-miss answers to chapter 12's exercises: mistakes students really make.
 
 `python tools/exercises.py verify` proves that each exercise's check fails on each
 answer below (as it fails on the stub) and passes on the solution. Each answer is

@@ -16,7 +16,7 @@
 # ---
 
 # %% [markdown]
-# # 13 · Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
+# # 12 · Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
 #
 # Chapter 09 trained the book's translator in one process, on one batch at a time, in
 # float32, from the first step to the last without stopping. This chapter keeps that
@@ -48,7 +48,7 @@ from safetensors.torch import load_file
 
 _ = torch.manual_seed(0)
 torch.set_num_threads(1)  # one thread per process: the runs below reproduce exactly
-WORK = Path(tempfile.mkdtemp(prefix="chapter13-"))  # every run of this chapter writes here
+WORK = Path(tempfile.mkdtemp(prefix="chapter12-"))  # every run of this chapter writes here
 
 # %% [markdown]
 # ## 1 · The pressure: one process is too slow for the paper's model
