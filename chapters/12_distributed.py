@@ -36,7 +36,9 @@
 #| default_exp distributed
 
 # %%
+import atexit
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,6 +51,7 @@ from safetensors.torch import load_file
 _ = torch.manual_seed(0)
 torch.set_num_threads(1)  # one thread per process: the runs below reproduce exactly
 WORK = Path(tempfile.mkdtemp(prefix="chapter12-"))  # every run of this chapter writes here
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)  # and it goes when the kernel stops
 
 # %% [markdown]
 # ## 1 · The pressure: one process is too slow for the paper's model
