@@ -34,7 +34,7 @@ help:
 	@echo "make grade NB=returned/   grade a folder (or one file) of returned notebooks into graded/*.csv"
 	@echo "make course COURSE=~/course   lay out an nbgrader course with every chapter"
 	@echo "make exercises   prove each check fails on the stub and on every near-miss answer"
-	@echo "make nbgrader    real nbgrader end to end: three simulated students per chapter"
+	@echo "make nbgrader    real nbgrader end to end: release, autograde, feedback, export"
 	@echo "make clean       remove .venv, _build and caches (never student/ or graded/)"
 	@echo "make clean-student   delete student/ and graded/ (student work and gradebooks)"
 
@@ -72,8 +72,10 @@ check-sync: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
+# Two test files at a time (pytest-xdist, whole files per worker so that a module's
+# fixtures are built once), each worker on one thread: together they fill the two cores.
 pytest: $(STAMP)
-	$(PY) -m pytest tests -m "not nbgrader"
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not nbgrader" -n $(BOOK_JOBS) --dist loadfile
 
 # Two chapters at a time (BOOK_JOBS, as make book and make exercises): pytest-xdist gives
 # each worker whole notebooks (--dist loadfile), each in a kernel of its own.
@@ -84,7 +86,7 @@ nbval: $(STAMP)
 exercises: $(STAMP)
 	$(PY) tools/exercises.py verify
 
-# nbgrader, as a teacher runs it, over every chapter: three simulated students.
+# nbgrader, as a teacher runs it, over every chapter (tests/test_nbgrader.py says what it grades).
 nbgrader: $(STAMP)
 	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider
 

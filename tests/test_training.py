@@ -481,7 +481,9 @@ def test_a_small_model_learns_the_copy_task():
     model = Transformer(len(src_vocab), len(tgt_vocab), d_model=32, num_heads=2, num_encoder_layers=1,
                         num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=16)
     before = evaluate_translation(model, test_pairs, src_vocab, tgt_vocab).exact_match
-    history = train(model, train_pairs, test_pairs, src_vocab, tgt_vocab, epochs=10, batch_size=64,
+    # 15 epochs: 10 sufficed with two threads (1.0) but not with one (0.815), whose kernels
+    # round differently; 15 reach 1.0 with either.
+    history = train(model, train_pairs, test_pairs, src_vocab, tgt_vocab, epochs=15, batch_size=64,
                     warmup=100, factor=1.0, progress=False)
     after = evaluate_translation(model, test_pairs, src_vocab, tgt_vocab).exact_match
     assert before < 0.1 and after >= 0.9, (before, after)
