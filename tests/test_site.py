@@ -358,6 +358,51 @@ def test_plain_docstrings_render_as_written_without_warnings():
     assert "http" not in rest_links(plain_text_to_rest(TRICKY))
 
 
+GOOGLE_STYLE = """Attend from each query to the keys it may see.
+
+Wrapped prose flows as one paragraph,
+whatever the width of the page.
+
+Args:
+    query: [B, Tq, d_model].
+    src_len, tgt_len: lengths of the
+        source and the target (a wrapped line).
+    *args: passed on, with `code`.
+
+Returns:
+    output [B, Tq, d_model], and weights
+    or None.
+
+Raises:
+    ValueError: a shape does not fit: named.
+"""
+
+
+def test_google_style_sections_render_as_field_lists():
+    from docstrings import plain_text_to_rest
+    from docutils.core import publish_doctree
+    from docutils.nodes import bullet_list, field, field_name, list_item, strong
+
+    rest = plain_text_to_rest(GOOGLE_STYLE)
+    _, warnings = rendered_text(rest)
+    assert not warnings, warnings
+    doctree = publish_doctree(rest)
+    assert [p.astext() for p in doctree.children[:2]] == [
+        "Attend from each query to the keys it may see.",
+        "Wrapped prose flows as one paragraph, whatever the width of the page."], rest
+    fields = {f.next_node(field_name).astext(): f for f in doctree.findall(field)}
+    assert list(fields) == ["Args", "Returns", "Raises"], rest
+    items = lambda name: [(i.next_node(strong).astext(), i.astext()) for i in  # noqa: E731
+                          fields[name].next_node(bullet_list).findall(list_item)]
+    assert items("Args") == [
+        ("query", "query \u2013 [B, Tq, d_model]."),
+        ("src_len, tgt_len", "src_len, tgt_len \u2013 lengths of the source and the target (a wrapped line)."),
+        ("*args", "*args \u2013 passed on, with code.")], rest
+    assert items("Raises") == [("ValueError", "ValueError \u2013 a shape does not fit: named.")], rest
+    returns = fields["Returns"].astext()
+    assert "output [B, Tq, d_model], and weights" in returns and "or None." in returns, rest
+
+
 def rest_links(rest: str) -> str:
     """The targets of every reference docutils finds in reST (none expected)."""
     from docutils.core import publish_doctree

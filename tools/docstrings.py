@@ -8,8 +8,12 @@ docstring into reST that renders as the author wrote it:
 
 - `code` (single backticks) becomes an inline literal;
 - every other markup character is escaped, URLs and addresses are not linked;
-- a one-line paragraph stays a paragraph; a paragraph of several lines keeps its
-  line breaks (a line block), since docstrings put one item per line;
+- a Google-style section (`Args:`, `Returns:`, `Raises:`, `Yields:`, `Attributes:`
+  followed by indented lines) becomes a field of a field list, as Sphinx shows
+  parameters: under `Args`, `Raises` and `Attributes` one bullet per item, its name
+  in bold before a dash, its wrapped lines joined;
+- any other paragraph is wrapped prose and flows as one paragraph, unless some of its
+  lines are indented further (then it keeps its line breaks, as a line block);
 - an indented block (an example, a table) becomes a literal block.
 
 Future docstrings need no care for reST: whatever plain text they hold builds.
@@ -67,20 +71,62 @@ def _blocks(lines: list[str]) -> list[list[str]]:
     return [b for b in blocks if b]
 
 
+SECTION = re.compile(r"^(Args|Returns|Yields|Raises|Attributes):$")
+ITEMISED = {"Args", "Raises", "Attributes"}  # one "name: description" per item
+ITEM = re.compile(r"^([\w*][\w*, ]*?):\s+(.*)$")  # "d_model: ...", "src_len, tgt_len: ..."
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _line_block(lines: list[str], margin: str = "") -> list[str]:
+    """Lines -> a reST line block that keeps each line and its extra indentation."""
+    base = min(_indent(line) for line in lines)
+    # Keep an indented continuation line indented (no-break spaces).
+    return [margin + "| " + "\u00a0" * (_indent(line) - base) + inline(line.strip()) for line in lines]
+
+
+def _items(lines: list[str]) -> list[str]:
+    """A section's lines -> its items: a line at the section's indent starts one, a line
+    indented further continues it (a wrapped description)."""
+    base = min(_indent(line) for line in lines)
+    items: list[str] = []
+    for line in lines:
+        if _indent(line) == base or not items:
+            items.append(line.strip())
+        else:
+            items[-1] += " " + line.strip()
+    return items
+
+
+def _section(header: str, lines: list[str]) -> list[str]:
+    """A Google-style section -> one field of a reST field list."""
+    out = [f":{header}:"]
+    if header not in ITEMISED:
+        return out + _line_block(lines, margin="    ") + [""]
+    for item in _items(lines):
+        match = ITEM.match(item)
+        if match:
+            name, description = match.groups()
+            out.append(f"    * **{_escape(name)}** \u2013 {inline(description)}")
+        else:
+            out.append(f"    * {inline(item)}")
+    return out + [""]
+
+
 def plain_text_to_rest(text: str) -> str:
     """A plain-text docstring (already dedented) -> reST that renders as written."""
     out: list[str] = []
     for block in _blocks(text.expandtabs().splitlines()):
-        indent = min(len(line) - len(line.lstrip()) for line in block)
-        if indent > 0 or block[0].lstrip().startswith(">>>"):
+        indent = min(_indent(line) for line in block)
+        header = SECTION.match(block[0])
+        if header and len(block) > 1 and all(_indent(line) > 0 for line in block[1:]):
+            out += _section(header.group(1), block[1:])
+        elif indent > 0 or block[0].lstrip().startswith(">>>"):
             out += ["::", ""] + ["    " + line for line in block] + [""]
-        elif len(block) == 1:
-            out += [inline(block[0]), ""]
+        elif all(_indent(line) == 0 for line in block):
+            out += [inline(" ".join(line.strip() for line in block)), ""]
         else:
-            for line in block:
-                stripped = line.lstrip()
-                lead = len(line) - len(stripped)
-                # Keep an indented continuation line indented (no-break spaces).
-                out.append("| " + "\u00a0" * lead + inline(stripped))
-            out.append("")
+            out += _line_block(block) + [""]
     return "\n".join(out).rstrip() + "\n"
