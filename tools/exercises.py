@@ -683,18 +683,22 @@ def main(argv: list[str] | None = None) -> int:
 
             return nbgrader_course.write_course(args.directory,
                                                 with_exercises(selected(args.chapters)))
-        proven, failures = 0, 0
+        proven, failures, without = 0, 0, 0
         for chapter, problems in verified(selected(args.chapters), args.verbose, args.jobs):
             status = "ok" if not problems else "PROBLEMS"
+            if not chapter.checks and not problems:
+                status = "no exercises (an appendix), nothing to prove"
             answers = sum(len(v) for v in near_misses(chapter).values())
             print(f"{chapter.rel}: {len(chapter.checks)} checks, {answers} near-miss answers, "
                   f"{status}", flush=True)
             for problem in problems:
                 print(f"  - {problem}")
             failures += bool(problems)
-            proven += 0 if problems else 1
+            without += not chapter.checks and not problems
+            proven += 0 if problems or not chapter.checks else 1
         print(f"chapters whose checks pass on the solution and fail on the stub and on "
-              f"every near-miss answer: {proven} passed, {failures} failed")
+              f"every near-miss answer: {proven} passed, {failures} failed"
+              + (f" ({without} without exercises)" if without else ""))
         return 1 if failures else 0
     except BookError as err:
         print(f"exercises: {err}", file=sys.stderr)
