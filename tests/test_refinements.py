@@ -29,14 +29,15 @@ def small_lm(**kwargs):
 
 # --- RMSNorm (chapter 07) ----------------------------------------------------------------
 
-@pytest.mark.parametrize("shape", [(3, 5, 8), (8,), (2, 1, 3, 8)])
-def test_rmsnorm_equals_torch_in_values_and_gradients(shape):
+@pytest.mark.parametrize("shape, scale", [((3, 5, 8), 3.0), ((8,), 1.0), ((2, 1, 3, 8), 1e-4)])
+def test_rmsnorm_equals_torch_in_values_and_gradients(shape, scale):
+    """Tiny inputs (scale 1e-4) are where the place of eps matters."""
     torch.manual_seed(0)
     ours, theirs = RMSNorm(8, eps=1e-6), torch.nn.RMSNorm(8, eps=1e-6)
     with torch.no_grad():
         ours.weight.normal_()
         theirs.weight.copy_(ours.weight)
-    x = (torch.randn(shape) * 3).requires_grad_()
+    x = (torch.randn(shape) * scale).requires_grad_()
     x2 = x.detach().clone().requires_grad_()
     out, ref = ours(x), theirs(x2)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
