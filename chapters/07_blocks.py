@@ -291,6 +291,59 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 # %% [markdown]
 # ## 3 · The code
 #
+# ### The norm: LayerNorm, or RMSNorm
+#
+# Every block below normalises with `nn.LayerNorm` by default. Later models often use a
+# cheaper variant, **RMSNorm** (Zhang and Sennrich 2019), which skips the mean and the
+# shift: $\operatorname{RMSNorm}(x) = \gamma \odot x \,/\, \sqrt{\tfrac{1}{d}\sum_j x_j^2 + \epsilon}$.
+# The blocks take it as an option, `norm="rms"`; chapter 13 motivates and measures it.
+
+# %%
+#| export
+import torch
+from torch import Tensor, nn
+
+from transformer.embedding import _check_float, _check_int
+
+NORMS = ("layer", "rms")
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x², last axis) + eps) * weight: LayerNorm without the mean and the bias.
+
+    Same numbers as torch.nn.RMSNorm(d_model, eps) (chapter 13 checks it).
+
+    Args:
+        d_model: size of the last axis, > 0.
+        eps: added to the mean square, > 0 (default 1e-6).
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-6):
+        super().__init__()
+        self.d_model = _check_int("d_model", d_model)
+        self.eps = _check_float("eps", eps, 0.0, low_closed=False)
+        self.weight = nn.Parameter(torch.ones(d_model))  # gamma
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Normalise the last axis of x [..., d_model]; returns the same shape."""
+        inv_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # [..., 1]
+        return x * inv_rms * self.weight  # [..., d_model]
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+def _make_norm(norm: str, d_model: int) -> nn.Module:
+    """nn.LayerNorm(d_model) for norm="layer", RMSNorm(d_model) for norm="rms"."""
+    if not isinstance(norm, str) or norm not in NORMS:
+        raise ValueError(f"norm must be one of {list(NORMS)}, got {norm!r}")
+    return nn.LayerNorm(d_model) if norm == "layer" else RMSNorm(d_model)
+
+
+# %% [markdown]
 # ### The encoder block
 #
 # An encoder block has two sublayers, each wrapped as above:
@@ -309,12 +362,10 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 
 # %%
 #| export
-import torch
-from torch import Tensor, nn
-
-from transformer.embedding import _check_bool, _check_int
+from transformer.embedding import _check_bool
 from transformer.feedforward import FeedForward
 from transformer.multihead import MultiHeadAttention
+from transformer.positional import RotaryEmbedding
 
 
 def _check_stream(x: Tensor, d_model: int, name: str, dtype: torch.dtype) -> None:
@@ -340,21 +391,22 @@ class EncoderBlock(nn.Module):
         d_ff: hidden size of the feed-forward network, > 0.
         dropout: dropout probability (attention weights, FFN hidden layer, each
             sublayer's output), in [0, 1) (default 0.1).
-        activation: "relu" (default) or "gelu".
+        activation: "relu" (default), "gelu" or "swiglu" (chapter 06's FeedForward).
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
+        norm: "layer" (nn.LayerNorm, default) or "rms" (RMSNorm).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False):
+                 activation: str = "relu", norm_first: bool = False, norm: str = "layer"):
         super().__init__()
         self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm1 = _make_norm(norm, d_model)
+        self.norm2 = _make_norm(norm, d_model)
         self.dropout1 = nn.Dropout(dropout)  # residual dropout on each sublayer's output
         self.dropout2 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
@@ -446,25 +498,33 @@ class DecoderBlock(nn.Module):
         num_heads: number of attention heads, > 0.
         d_ff: hidden size of the feed-forward network, > 0.
         dropout: dropout probability, in [0, 1) (default 0.1).
-        activation: "relu" (default) or "gelu".
+        activation: "relu" (default), "gelu" or "swiglu" (chapter 06's FeedForward).
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
         cross_attention: keep the cross-attention sublayer (default True, the paper).
+        norm: "layer" (nn.LayerNorm, default) or "rms" (RMSNorm).
+        num_kv_heads: key/value heads of the self-attention (default None: num_heads;
+            chapter 05's grouped-query option).
+        rotary: a RotaryEmbedding for the self-attention's queries and keys (default
+            None; chapter 05's option).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False, cross_attention: bool = True):
+                 activation: str = "relu", norm_first: bool = False, cross_attention: bool = True,
+                 norm: str = "layer", num_kv_heads: int | None = None,
+                 rotary: RotaryEmbedding | None = None):
         super().__init__()
         self.d_model = d_model
         self.cross_attention = _check_bool("cross_attention", cross_attention)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, num_kv_heads=num_kv_heads,
+                                            rotary=rotary)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout) if cross_attention else None
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
-        self.norm3 = nn.LayerNorm(d_model)
+        self.norm1 = _make_norm(norm, d_model)
+        self.norm2 = _make_norm(norm, d_model) if cross_attention else None
+        self.norm3 = _make_norm(norm, d_model)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout) if cross_attention else None
         self.dropout3 = nn.Dropout(dropout)
@@ -554,21 +614,22 @@ class Encoder(nn.Module):
 
     Args:
         num_layers: number of blocks, > 0.
-        d_model, num_heads, d_ff, dropout, activation, norm_first: as in EncoderBlock.
+        d_model, num_heads, d_ff, dropout, activation, norm_first, norm: as in EncoderBlock.
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
-                 dropout: float = 0.1, activation: str = "relu", norm_first: bool = False):
+                 dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
+                 norm: str = "layer"):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
-            EncoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first)
+            EncoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, norm)
             for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Run every block.
@@ -591,9 +652,10 @@ class Decoder(nn.Module):
 
     Args:
         num_layers: number of blocks, > 0.
-        d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention: as
-            in DecoderBlock (cross_attention=False: the stack of a decoder-only model,
-            which reads no memory).
+        d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention, norm,
+            num_kv_heads: as in DecoderBlock (cross_attention=False: the stack of a
+            decoder-only model, which reads no memory).
+        rotary: one RotaryEmbedding that every block's self-attention shares (default None).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -601,14 +663,16 @@ class Decoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
-                 cross_attention: bool = True):
+                 cross_attention: bool = True, norm: str = "layer", num_kv_heads: int | None = None,
+                 rotary: RotaryEmbedding | None = None):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
-            DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention)
+            DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention,
+                         norm, num_kv_heads, rotary)
             for _ in range(num_layers)
         )
-        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
+        self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()
 
     def forward(self, x: Tensor, memory: Tensor | None, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, caches: list[dict] | None = None) -> Tensor:

@@ -587,8 +587,8 @@ class Vocab:
             )
         return ids
 
-    def decode(self, ids: Sequence[int] | Tensor, strip_special: bool = True) -> str:
-        """Turn ids back into text, words joined by spaces.
+    def tokens(self, ids: Sequence[int] | Tensor, strip_special: bool = True) -> list[str]:
+        """Turn ids back into their tokens, one string per id.
 
         Args:
             ids: a list of ids or a 1-D integer tensor.
@@ -596,7 +596,7 @@ class Vocab:
                 (default True); False writes out every token.
 
         Returns:
-            The text.
+            The tokens, a list of str.
 
         Raises:
             ValueError: ids is a tensor that is not 1-D.
@@ -606,7 +606,7 @@ class Vocab:
             if ids.dim() != 1:
                 raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
             ids = ids.tolist()
-        words = []
+        tokens = []
         for i in ids:
             if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.itos):
                 raise IndexError(f"id {i!r} is outside the vocabulary [0, {len(self.itos) - 1}]")
@@ -615,8 +615,24 @@ class Vocab:
                     break
                 if i in (PAD_ID, BOS_ID):
                     continue
-            words.append(self.itos[i])
-        return " ".join(words)
+            tokens.append(self.itos[i])
+        return tokens
+
+    def decode(self, ids: Sequence[int] | Tensor, strip_special: bool = True) -> str:
+        """Turn ids back into text, words joined by spaces: `" ".join(self.tokens(ids, strip_special))`.
+
+        Args:
+            ids: a list of ids or a 1-D integer tensor.
+            strip_special: as in tokens (default True).
+
+        Returns:
+            The text.
+
+        Raises:
+            ValueError: ids is a tensor that is not 1-D.
+            IndexError: an id lies outside the vocabulary.
+        """
+        return " ".join(self.tokens(ids, strip_special))
 
     def to_dict(self) -> dict:
         """The table as plain JSON data: {"itos": [every token, in id order]}."""

@@ -153,6 +153,11 @@ def test_vocab_specials_round_trip_and_unknown_words(split):
     ids = torch.tensor([BOS_ID, tgt.stoi["我"], EOS_ID, tgt.stoi["猫"], PAD_ID])
     assert tgt.decode(ids) == "我"
     assert tgt.decode(ids, strip_special=False) == "<bos> 我 <eos> 猫 <pad>"
+    # tokens is the one loop behind decode (chapter 11's CharVocab joins them without spaces)
+    assert tgt.tokens(ids) == ["我"]
+    assert tgt.tokens(ids.tolist(), strip_special=False) == ["<bos>", "我", "<eos>", "猫", "<pad>"]
+    with pytest.raises(ValueError, match="1-D"):
+        tgt.tokens(ids[None])
     with pytest.raises(IndexError, match="outside the vocabulary"):
         tgt.decode([len(tgt)])
     restored = Vocab.from_dict(src.to_dict())

@@ -7,7 +7,7 @@ The public API, in the order the book builds it.
 # chapter 01: Embedding: from token ids to vectors
 from transformer.embedding import TokenEmbedding
 # chapter 02: Positional encoding: telling the model where each token stands
-from transformer.positional import sinusoidal_encoding, PositionalEncoding
+from transformer.positional import sinusoidal_encoding, PositionalEncoding, RotaryEmbedding
 # chapter 03: Single-head attention
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 # chapter 04: The causal mask
@@ -17,7 +17,7 @@ from transformer.multihead import MultiHeadAttention
 # chapter 06: Position-wise feed-forward network
 from transformer.feedforward import ACTIVATIONS, FeedForward
 # chapter 07: Encoder and decoder blocks
-from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
+from transformer.blocks import NORMS, RMSNorm, EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model
 from transformer.model import PretrainedModel, PAPER_CONFIGS, Transformer, count_parameters, PRETRAINED_FORMAT, read_pretrained_config
 # chapter 09: Training: teaching the model to translate
@@ -27,7 +27,7 @@ from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command
 # chapter 11: A decoder-only language model
-from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, LanguageModel
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, POSITIONS, LanguageModel
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 # chapter 12: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
@@ -41,6 +41,7 @@ __all__ = [
     "TokenEmbedding",
     "sinusoidal_encoding",
     "PositionalEncoding",
+    "RotaryEmbedding",
     "scaled_dot_product_attention",
     "SingleHeadSelfAttention",
     "causal_mask",
@@ -49,6 +50,8 @@ __all__ = [
     "MultiHeadAttention",
     "ACTIVATIONS",
     "FeedForward",
+    "NORMS",
+    "RMSNorm",
     "EncoderBlock",
     "DecoderBlock",
     "Encoder",
@@ -117,6 +120,7 @@ __all__ = [
     "perplexity",
     "generate",
     "continue_poems",
+    "POSITIONS",
     "LanguageModel",
     "CORPUS_FILE",
     "Document",

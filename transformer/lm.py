@@ -230,7 +230,9 @@ from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
 from transformer.masks import causal_mask
 from transformer.model import PretrainedModel
-from transformer.positional import PositionalEncoding
+from transformer.positional import PositionalEncoding, RotaryEmbedding
+
+POSITIONS = ("sinusoidal", "rotary")
 
 
 class LanguageModel(PretrainedModel):
@@ -250,9 +252,14 @@ class LanguageModel(PretrainedModel):
         dropout: dropout probability in [0, 1) (default 0.1).
         max_len: the most positions the model reads at once, > 0 (default 256).
         pad_id: the padding id (default 0, as chapter 09's vocabularies).
-        activation: the feed-forward activation, "relu", "gelu" or "silu" (default "gelu").
+        activation: the feed-forward activation, "relu", "gelu" or "swiglu" (default "gelu").
         norm_first: Pre-LN (True, the default) or Post-LN blocks.
         tie_output: the output layer's weight is the embedding table (default True).
+        positions: "sinusoidal" (chapter 02's encoding added to the embeddings, default)
+            or "rotary" (a RotaryEmbedding that turns queries and keys inside attention).
+        norm: "layer" (default) or "rms" (chapter 07's RMSNorm).
+        num_kv_heads: key/value heads, dividing num_heads (default None: num_heads;
+            chapter 05's grouped-query attention).
 
     Raises:
         ValueError: an argument is out of range (the message names it).
@@ -262,21 +269,30 @@ class LanguageModel(PretrainedModel):
 
     def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, num_layers: int = 2,
                  d_ff: int | None = None, dropout: float = 0.1, max_len: int = 256, pad_id: int = PAD_ID,
-                 activation: str = "gelu", norm_first: bool = True, tie_output: bool = True):
+                 activation: str = "gelu", norm_first: bool = True, tie_output: bool = True,
+                 positions: str = "sinusoidal", norm: str = "layer", num_kv_heads: int | None = None):
         d_ff = 4 * d_model if d_ff is None else d_ff
         super().__init__(dict(
             vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers,
             d_ff=d_ff, dropout=dropout, max_len=max_len, pad_id=pad_id, activation=activation,
-            norm_first=norm_first, tie_output=tie_output))
+            norm_first=norm_first, tie_output=tie_output, positions=positions, norm=norm,
+            num_kv_heads=num_kv_heads))
         self.vocab_size, self.max_len = _check_int("vocab_size", vocab_size), _check_int("max_len", max_len)
         self.pad_id = _check_int("pad_id", pad_id, 0)
         if pad_id >= vocab_size:
             raise ValueError(f"pad_id must be an id in [0, {vocab_size - 1}], got {pad_id}")
         _check_bool("tie_output", tie_output)
+        if not isinstance(positions, str) or positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {list(POSITIONS)}, got {positions!r}")
         self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
-        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        # Sinusoidal: added to the embeddings (then dropout). Rotary: applied inside attention,
+        # and the embeddings only get their dropout.
+        self.positional = PositionalEncoding(d_model, max_len, dropout) if positions == "sinusoidal" else None
+        self.embed_dropout = nn.Dropout(dropout) if positions == "rotary" else None
+        _check_int("num_heads", num_heads)  # before d_model // num_heads
+        rotary = RotaryEmbedding(d_model // num_heads, max_len) if positions == "rotary" else None
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first,
-                               cross_attention=False)
+                               cross_attention=False, norm=norm, num_kv_heads=num_kv_heads, rotary=rotary)
         self.generator = nn.Linear(d_model, vocab_size)  # hidden state -> one score per token
         self.tie_weights()
 
@@ -311,8 +327,9 @@ class LanguageModel(PretrainedModel):
         # Query i (at position start + i) may see keys 0 .. start + i: cached and new.
         mask = causal_mask(t, ids.device) if start == 0 else (
             torch.ones(t, start + t, dtype=torch.bool, device=ids.device).tril(start))
-        x = self.positional(self.embed(ids), start)  # [B, T, d_model]
+        x = self.embed(ids)  # [B, T, d_model]
+        x = self.embed_dropout(x) if self.positional is None else self.positional(x, start)  # rotary: in attention
         x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 
-__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "generate", "continue_poems", "LanguageModel"]
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "generate", "continue_poems", "POSITIONS", "LanguageModel"]

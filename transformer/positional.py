@@ -119,4 +119,82 @@ class PositionalEncoding(nn.Module):
             )
         return self.dropout(x + self.pe[start:start + seq].to(x.dtype))  # [seq, d_model] broadcasts over batch
 
-__all__ = ["sinusoidal_encoding", "PositionalEncoding"]
+# %% chapters/02_positional_encoding.ipynb, cell 12
+class RotaryEmbedding(nn.Module):
+    """Rotate each pair of features by an angle proportional to its position (RoPE).
+
+    Pair i, (x[2i], x[2i+1]), at position pos turns by pos * w_i, with the frequencies
+    w_i = 10000 ** (-2i / d_head) of sinusoidal_encoding, whose table holds the sines
+    (even columns) and cosines (odd columns) of exactly these angles. Applied to the
+    queries and keys of attention (chapter 05's MultiHeadAttention(rotary=...)), it makes
+    each score depend on the two positions only through their difference (chapter 13).
+    The tables are non-persistent buffers `cos` and `sin` [max_len, d_head / 2], like
+    PositionalEncoding's `pe`.
+
+    Args:
+        d_head: size of the vectors it rotates (one head's), a positive even integer.
+        max_len: number of positions in the tables, > 0 (default 5000); positions at or
+            past it raise a ValueError.
+
+    Raises:
+        ValueError: an argument is of the wrong type or out of range (named in the message).
+
+    Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
+    """
+
+    def __init__(self, d_head: int, max_len: int = 5000):
+        super().__init__()
+        _check_int("d_head", d_head)
+        _check_int("max_len", max_len)
+        if d_head % 2:
+            raise ValueError(f"d_head must be even (features turn in pairs), got {d_head}")
+        self.d_head, self.max_len = d_head, max_len
+        cos, sin = self._tables()
+        self.register_buffer("cos", cos, persistent=False)  # [max_len, d_head / 2]
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self) -> tuple[Tensor, Tensor]:
+        table = sinusoidal_encoding(self.max_len, self.d_head)  # [max_len, d_head]: sin, cos, sin, ...
+        return table[:, 1::2].contiguous(), table[:, 0::2].contiguous()  # cos and sin of pos·w_i
+
+    def reset_buffers(self, device: torch.device | str | None = None) -> None:
+        """Compute the tables `cos` and `sin` [max_len, d_head / 2] again, on `device`.
+
+        Args:
+            device: where the tables go; None keeps their current device.
+        """
+        device = self.cos.device if device is None else device
+        cos, sin = self._tables()
+        self.cos, self.sin = (t.to(device=device, dtype=self.cos.dtype) for t in (cos, sin))
+
+    def extra_repr(self) -> str:
+        return f"d_head={self.d_head}, max_len={self.max_len}"
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        """Rotate the vectors of positions start .. start+T-1.
+
+        Args:
+            x: [..., T, d_head], floating point (queries or keys, e.g. [B, heads, T, d_head]).
+            start: position of x's first row, >= 0 (default 0; the cache's length when decoding).
+
+        Returns:
+            The rotated vectors, same shape and dtype as x.
+
+        Raises:
+            ValueError: x's last axis is not d_head, or start+T exceeds max_len.
+        """
+        if not isinstance(x, Tensor) or x.dim() < 2 or x.size(-1) != self.d_head:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape [..., T, d_head={self.d_head}], got {got}")
+        _check_int("start", start, 0)
+        t = x.size(-2)
+        if start + t > self.max_len:
+            raise ValueError(f"positions {start}..{start + t - 1} exceed max_len={self.max_len}; "
+                             "build RotaryEmbedding with a larger max_len")
+        cos = self.cos[start:start + t].to(x.dtype)  # [T, d_head / 2]
+        sin = self.sin[start:start + t].to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]  # the two coordinates of each pair, [..., T, d_head / 2]
+        turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # [..., T, d_head / 2, 2]
+        return turned.flatten(-2)  # [..., T, d_head]: the pairs side by side again
+
+__all__ = ["sinusoidal_encoding", "PositionalEncoding", "RotaryEmbedding"]

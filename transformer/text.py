@@ -222,19 +222,7 @@ class CharVocab(Vocab):
             ValueError: ids is a tensor that is not 1-D.
             IndexError: an id is outside the vocabulary.
         """
-        if isinstance(ids, Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D, got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
-        chars = []
-        for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.itos):
-                raise IndexError(f"id {i!r} is outside the vocabulary [0, {len(self.itos) - 1}]")
-            if strip_special and i == EOS_ID:
-                break
-            if not (strip_special and i in (PAD_ID, BOS_ID)):
-                chars.append(self.itos[i])
-        return "".join(chars)
+        return "".join(self.tokens(ids, strip_special))  # chapter 09's tokens, no spaces
 
 # %% chapters/11_language_model.ipynb, cell 14
 from transformer.training import IGNORE_INDEX
