@@ -200,6 +200,10 @@ def test_continue_poems_keeps_only_complete_lines(vocab, stream):
 
 # --- the decoder-only language model ---------------------------------------------------
 
+# Every refinement of chapter 13 at once (tests/test_refinements.py tests each one).
+EVERY_OPTION = dict(positions="rotary", norm="rms", activation="swiglu", num_kv_heads=1)
+
+
 def small_lm(**kwargs):
     torch.manual_seed(0)
     config = dict(vocab_size=30, d_model=16, num_heads=2, num_layers=2, d_ff=24, dropout=0.0, max_len=40)
@@ -290,8 +294,9 @@ def test_lm_refuses_bad_calls():
 
 # --- the toolchain: torch.export and torch.compile(fullgraph=True) -------------------------
 
-def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager():
-    model = small_lm()
+@pytest.mark.parametrize("options", [{}, EVERY_OPTION], ids=["2017", "every_option"])
+def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager(options):
+    model = small_lm(**options)
     batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", max=40)
     program = torch.export.export(model, (torch.randint(4, 30, (3, 9)),),
                                   dynamic_shapes={"ids": {0: batch, 1: length}})
@@ -301,7 +306,8 @@ def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager():
             torch.testing.assert_close(program.module()(ids), model(ids), atol=1e-5, rtol=0)
 
 
-def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check():
+@pytest.mark.parametrize("options", [{}, EVERY_OPTION], ids=["2017", "every_option"])
+def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check(options):
     graphs = []
 
     def counting_backend(gm, example_inputs):
@@ -309,7 +315,7 @@ def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check():
         return gm.forward
 
     torch._dynamo.reset()
-    model = small_lm()
+    model = small_lm(**options)
     compiled = torch.compile(model, backend=counting_backend, fullgraph=True, dynamic=False)
     ids = torch.randint(4, 30, (2, 7))
     with torch.no_grad():

@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from test_lm import EVERY_OPTION
+from test_lm import small_lm as lm_2017
 
 from transformer.blocks import Decoder, DecoderBlock, EncoderBlock, RMSNorm
 from transformer.data import BOS_ID
@@ -18,13 +20,11 @@ from transformer.masks import causal_mask
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import RotaryEmbedding
 
-EVERY_OPTION = dict(positions="rotary", norm="rms", activation="swiglu", num_kv_heads=1)
 
-
+# test_lm is importable: pytest puts each test file's folder on sys.path.
 def small_lm(**kwargs):
-    torch.manual_seed(0)
-    config = dict(vocab_size=30, d_model=16, num_heads=4, num_layers=2, d_ff=24, dropout=0.0, max_len=40)
-    return LanguageModel(**(config | kwargs)).eval()
+    """test_lm's small model, with 4 heads so that 2 and 1 kv heads are both groups."""
+    return lm_2017(**({"num_heads": 4} | kwargs))
 
 
 # --- RMSNorm (chapter 07) ----------------------------------------------------------------
@@ -248,22 +248,6 @@ def test_lm_save_and_load_round_trip_with_options(tmp_path):
 def test_lm_refuses_bad_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         small_lm(**kwargs)
-
-
-def test_lm_with_every_option_exports_and_compiles():
-    model = small_lm(**EVERY_OPTION)
-    batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", max=40)
-    program = torch.export.export(model, (torch.randint(4, 30, (3, 9)),),
-                                  dynamic_shapes={"ids": {0: batch, 1: length}})
-    for b, t in [(1, 1), (2, 5), (5, 40)]:
-        ids = torch.randint(4, 30, (b, t))
-        with torch.no_grad():
-            torch.testing.assert_close(program.module()(ids), model(ids), atol=1e-5, rtol=0)
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=False)
-    ids = torch.randint(4, 30, (2, 7))
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(ids), model(ids), atol=1e-5, rtol=0)
 
 
 def test_swiglu_with_two_thirds_width_keeps_the_parameter_count_close():
