@@ -1192,6 +1192,11 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 # averaging, and, for models too large for one GPU, sharding the weights and optimizer
 # themselves (PyTorch's FSDP) instead of replicating them.
 #
+# Chapter 11's language model lacks something of another kind: more processes train
+# it faster, but its parts are still those of 2017. Chapter 13 gives it the parts that
+# later models use (rotary positions, RMSNorm, a gated feed-forward network,
+# grouped-query attention) and measures what each one changes.
+#
 # ## Exercises
 #
 # ### Exercise 1 · The loss of the whole batch
