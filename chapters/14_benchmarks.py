@@ -487,13 +487,47 @@ print(f"greedy decoding with the KV cache: {measured:.0f} tokens/s ({1e3 / measu
 assert 0.05 < measured / bound < 2  # below the bound, up to timing noise on a busy machine
 
 # %% [markdown]
-# What stands between the measured speed and the bound is per-step overhead, not the
-# arithmetic: Python, dozens of small operations per layer around the matrix-vector
-# products, and those products themselves, 49 per token on matrices of 1 to 4 MB rather
-# than the one 90 MB product the bound was measured with. Chapter 10's KV cache already writes each
-# step's keys and values in place rather than copying the whole cache (`torch.cat`); the
-# rest would take fusing a decoder step into a few kernels (`torch.compile`, or kernels
-# written by hand), which this book leaves alone.
+# Where does the rest of the time go? One cached step multiplies a vector by each of
+# these matrices: every `Linear` of the decoder except cross-attention's key and value
+# projections, and the output layer. Timed alone, in a loop, the same way:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+torch.set_num_threads(1)
+cross_kv = {m for layer in decoder_model.decoder.layers for m in (layer.cross_attn.k_proj, layer.cross_attn.v_proj)}
+step_linears = [m for m in decoder_model.decoder.modules() if isinstance(m, nn.Linear) and m not in cross_kv]
+step_linears.append(decoder_model.generator)
+vectors = [torch.randn(1, m.in_features) for m in step_linears]  # batch 1
+
+
+def products_only() -> None:
+    with torch.no_grad():
+        for linear, vector in zip(step_linears, vectors, strict=True):
+            linear(vector)
+
+
+products = 1 / interleaved({"products": products_only}, repeats=5)["products"]  # steps per second
+torch.set_num_threads(THREADS)
+print(f"the {len(step_linears)} matrix-vector products of a step, alone: {products:.0f} steps/s, "
+      f"{products / bound:.0%} of the bound; the whole decoding: {measured / bound:.0%}")
+
+# %%
+assert len(step_linears) == 6 * 8 + 1  # per layer: 4 self-attention, 2 cross-attention, 2 FFN
+assert products > measured  # the products alone are faster than the whole step
+
+# %% [markdown]
+# Both halves of the gap show. The products alone already stay below the bound: 49
+# separate calls on matrices of 1 to 4 MB stream slower than the one 90 MB product the
+# bound was measured with (by how much varies between machines and between runs: a
+# large last-level cache can hold a whole 90 MB matrix, and a virtual machine's memory
+# speed varies with its neighbours). The rest of
+# a decoding step is overhead: Python, and a few hundred small operations per token
+# (LayerNorms, reshapes, masks, softmax, the cache writes), each costing microseconds of
+# dispatch for almost no arithmetic; the time per token above also carries the
+# encoder's pass over the source, shared by the 16 tokens. Chapter 10's KV cache already
+# writes each step's keys and values in place rather than copying the whole cache
+# (`torch.cat`); what is left would take fusing a decoder step into a few kernels
+# (`torch.compile`, or kernels written by hand), which this book leaves alone.
 #
 # ## 6 · Figures
 
