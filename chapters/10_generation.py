@@ -769,7 +769,9 @@ assert ops_per_step[1] == ops_per_step[-1] > 100, "a cached step runs the same f
 # `.venv/bin/python tools/bench_generation.py`: it prints tokens per second at batch 1
 # and 16 against the memory-bandwidth bound measured in the same run (at batch 1, a
 # step cannot be faster than reading every decoder weight once), and what beam search's
-# greedy row costs.
+# greedy row costs. Those few hundred operations per step are where the time beyond
+# reading the weights goes; `--compile` also times the step compiled by `torch.compile`,
+# which fuses most of them (appendix 14 has the figures).
 
 # %% [markdown]
 # ## 4 · Sampling: temperature, top-k, top-p

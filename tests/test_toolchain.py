@@ -79,6 +79,31 @@ def test_compile_fullgraph_forward_and_backward_through_aot_autograd():
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_cached_decoding_compiles_once_and_writes_the_same_tokens(model):
+    """model.decode under torch.compile(fullgraph=True, dynamic=True), driven by greedy
+    decoding with chapter 10's KV cache: no graph break, the same tokens as eager, and two
+    graphs for 12 steps (the first step allocates the cache; every later one, whatever the
+    cache's length, reuses one graph) instead of one per length."""
+    from transformer.generation import greedy_decode
+
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    src = ids(2, 7, 7)
+    want = greedy_decode(model, src, bos_id=1, eos_id=None, max_new_tokens=12)
+    model.decode = torch.compile(model.decode, backend=counting_backend, fullgraph=True, dynamic=True)
+    try:
+        got = greedy_decode(model, src, bos_id=1, eos_id=None, max_new_tokens=12)
+    finally:
+        del model.decode  # the class's method again
+    assert torch.equal(got, want)
+    assert len(graphs) == 2
+
+
 def test_eager_mode_still_checks_the_id_range(model):
     with pytest.raises(IndexError, match=r"tgt must lie in \[0, 28\]"):
         model(ids(2, 5, 1), ids(2, 4, 2) + V)

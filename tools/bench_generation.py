@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/bench_generation.py [--repeats 5] [--tokens 128] [--threads 1]
                                                [--batches 1 16] [--beam 4] [--no-cache]
+                                               [--compile]
 
 The paper's base decoder (d_model 512, 8 heads, 6 layers, d_ff 2048) with random
 weights, a 1000-word target vocabulary and a 16-token source; `eos_id=None` forces
@@ -23,8 +24,11 @@ wall time of a quiet machine, and programs running beside us do not count; on a 
 machine the wall time also counts the time they held the core (printed too, for the
 batch-1 fraction).
 With --no-cache it also times decoding without the cache at batch 1 and checks that the
-tokens are identical. It prints the machine's load average first and last: on a shared
-machine, compare ratios from one run, not times from two.
+tokens are identical. With --compile it also times the same decoding with the decoder's
+step compiled by inductor, `model.decode = torch.compile(model.decode, dynamic=True)`
+(one graph for every cache length; the compilation's own time is printed once, before the
+repeats), and checks that the tokens are identical. It prints the machine's load average
+first and last: on a shared machine, compare ratios from one run, not times from two.
 
 Not a test: timings depend on the machine and on what else runs on it.
 Target (issue 12): cached greedy decoding at batch 1 >= 85% of the bound.
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam", type=int, default=4, help="beam size to time (0: skip)")
     parser.add_argument("--vocab", type=int, default=1000)
     parser.add_argument("--no-cache", action="store_true", help="also time decoding without the cache")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time decoding with the decoder step compiled by torch.compile")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -99,6 +105,16 @@ def main(argv: list[str] | None = None) -> int:
 
     for batch in args.batches:  # warm-up: first calls allocate
         decode(batch, tokens=4)
+    eager_step = model.decode
+    compiled_step = None
+    if args.compile:
+        compiled_step = torch.compile(eager_step, dynamic=True)
+        start = time.perf_counter()
+        model.decode = compiled_step
+        compiled_tokens = {batch: decode(batch) for batch in args.batches}  # compiles, then reuses
+        model.decode = eager_step
+        print(f"torch.compile of the decoder step: {time.perf_counter() - start:.0f} s (wall) for the first "
+              f"decodings; identical tokens: {all(torch.equal(t, decode(b)) for b, t in compiled_tokens.items())}")
     rows: dict[str, list[float]] = {}
     for repeat in range(args.repeats):
         bound = best_of(lambda: weight @ x, 10)  # seconds per step at the bandwidth bound
@@ -115,6 +131,15 @@ def main(argv: list[str] | None = None) -> int:
             rows.setdefault(f"batch {batch}: fraction of the bound", []).append(bound / step)
             line.append(f"batch {batch}: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
                         f"{bound / step:.0%} of the bound")
+            if compiled_step is not None:
+                model.decode = compiled_step
+                step = best_of(lambda b=batch: decode(b), 1) / args.tokens
+                model.decode = eager_step
+                rows.setdefault(f"batch {batch} compiled: ms/step", []).append(1e3 * step)
+                rows.setdefault(f"batch {batch} compiled: tokens/s", []).append(batch / step)
+                rows.setdefault(f"batch {batch} compiled: fraction of the bound", []).append(bound / step)
+                line.append(f"batch {batch} compiled: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
+                            f"{bound / step:.0%} of the bound")
         if args.beam:
             for keep in (False, True):
                 seconds = best_of(lambda k=keep: beam(k), 1)
