@@ -429,14 +429,19 @@ class MultiHeadAttention(nn.Module):
             or None.
 
         Raises:
-            ValueError: a shape does not fit (named in the message), or static_kv is
-                asked of a module with rotary positions.
+            ValueError: a shape does not fit (named in the message), key or value is None
+                with no cached keys and values to reuse, or static_kv is asked of a module
+                with rotary positions.
             TypeError: an input's dtype differs from the weights', or mask is not bool.
         """
         if static_kv and self.rotary is not None:
             raise ValueError("static_kv=True (cross-attention) cannot rotate keys by position: "
                              "build this module with rotary=None")
         reuse = cache is not None and static_kv and "k" in cache
+        for name, x in (("key", key), ("value", value)):
+            if x is None and not reuse:
+                raise ValueError(f"{name} is None: it may be left out only with static_kv=True and a "
+                                 "cache that already holds the keys and values (generation, chapter 10)")
         _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
                                 None if reuse else key, None if reuse else value)
         if reuse:

@@ -1051,7 +1051,8 @@ class LanguageModel(PretrainedModel):
             got = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
             raise ValueError(f"ids must be token ids of shape [batch, seq] with seq > 0, got {got}")
         if start + ids.size(1) > self.max_len:
-            raise ValueError(f"positions {start}..{start + ids.size(1) - 1} exceed max_len={self.max_len}")
+            raise ValueError(f"ids is too long: positions {start}..{start + ids.size(1) - 1} exceed "
+                             f"max_len={self.max_len}; build the LanguageModel with a larger max_len")
         t = ids.size(1)
         # Query i (at position start + i) may see keys 0 .. start + i: cached and new.
         mask = causal_mask(t, ids.device) if start == 0 else (

@@ -229,6 +229,8 @@ def test_streams_of_the_wrong_shape(width, rank):
     assert_named_error(lambda: EncoderBlock(8, 2, 16)(x), "x", ValueError)
     assert_named_error(lambda: DecoderBlock(8, 2, 16)(good, x), "memory", ValueError)
     assert_named_error(lambda: MultiHeadAttention(8, 2)(good, x, x), "key", ValueError)
+    assert_named_error(lambda: MultiHeadAttention(8, 2)(good, None, good), "key", ValueError)
+    assert_named_error(lambda: MultiHeadAttention(8, 2)(good, good, None, cache={}), "value", ValueError)
     assert_named_error(lambda: PositionalEncoding(8)(x), "x", ValueError)
     assert_named_error(lambda: FeedForward(8)(torch.randn(2, width)), "x", ValueError)
 
