@@ -256,6 +256,34 @@ def test_generate_with_and_without_cache_write_the_same_tokens():
         generate(model, prompt, 38)
 
 
+def test_generate_uses_the_cache_by_default_when_the_model_has_one():
+    """The lengths the model is called with: the prompt, then one new token per step with
+    the cache (the prefix each time without), and no call after the last token."""
+    model = small_lm()
+    prompt = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8]])
+    lengths = []
+    hook = model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].size(1)))
+    default = generate(model, prompt, 5, greedy=True, eos_id=None)
+    assert lengths == [3, 1, 1, 1, 1]
+    lengths.clear()
+    without = generate(model, prompt, 5, greedy=True, eos_id=None, use_cache=False)
+    assert lengths == [3, 4, 5, 6, 7]
+    hook.remove()
+    assert torch.equal(default, without) and default.shape == (2, 8)
+
+
+def test_generate_drives_a_model_without_a_cache_and_refuses_to_cache_it():
+    stream = torch.randint(3, 12, (200,))
+    bigram = BigramLanguageModel(stream, 12, 0.5)
+    prompt = torch.tensor([[BOS_ID, 5]])
+    out = generate(bigram, prompt, 4, generator=torch.Generator().manual_seed(0), eos_id=None)
+    assert out.shape == (1, 6)
+    with pytest.raises(ValueError, match="^use_cache=True needs a model with decoder.layers"):
+        generate(bigram, prompt, 4, use_cache=True)
+    with pytest.raises(ValueError, match="use_cache must be True or False"):
+        generate(bigram, prompt, 4, use_cache=1)
+
+
 def test_lm_save_and_load_round_trip(tmp_path):
     model = small_lm(norm_first=False, activation="relu")
     with torch.no_grad():

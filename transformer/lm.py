@@ -114,7 +114,7 @@ from transformer.generation import KVCache, filter_logits
 def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              eos_id: int | None = EOS_ID, generator: torch.Generator | None = None,
-             use_cache: bool = False) -> Tensor:
+             use_cache: bool | None = None) -> Tensor:
     """Continue each prompt token by token, with chapter 10's samplers.
 
     Each step scores the next token at the last position, never writes `<pad>` or
@@ -137,8 +137,9 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
             never stops early.
         generator: a seeded torch.Generator for a reproducible draw (default None).
         use_cache: feed one new token per step and keep the keys and values of the
-            earlier ones in chapter 10's per-layer KVCache (default False: recompute
-            the prefix, as a model without a cache, like the bigram, needs).
+            earlier ones in chapter 10's per-layer KVCache; False recomputes the whole
+            prefix at every step (default None: the cache if the model has
+            `decoder.layers`, as LanguageModel does, else no cache, as for the bigram).
 
     Returns:
         Ids [B, P + n], n <= max_new_tokens: the prompt, then the new tokens. The loop
@@ -156,7 +157,12 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
     _check_int("max_new_tokens", max_new_tokens)
     _check_float("temperature", temperature, 0.0, low_closed=False)
     _check_bool("greedy", greedy)
-    _check_bool("use_cache", use_cache)
+    has_cache = hasattr(getattr(model, "decoder", None), "layers")
+    use_cache = has_cache if use_cache is None else _check_bool("use_cache", use_cache)
+    if use_cache and not has_cache:
+        raise ValueError(f"use_cache=True needs a model with decoder.layers that takes (ids, caches, "
+                         f"start), as LanguageModel does; {type(model).__name__} has none: pass "
+                         "use_cache=None or False")
     limit = getattr(model, "max_len", None)
     if limit is not None and prompt.size(1) + max_new_tokens > limit:
         raise ValueError(f"the prompt's {prompt.size(1)} ids plus max_new_tokens={max_new_tokens} "
@@ -176,15 +182,16 @@ def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperatu
         tokens = prompt
         done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
         logits = (model(prompt, caches) if use_cache else model(prompt))[:, -1]  # [B, V]
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             next_id = choose(logits).masked_fill(done, PAD_ID)  # [B]: a finished row gets padding
             tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # [B, t + 1]
             if eos_id is not None:
                 done |= next_id == eos_id
                 if bool(done.all()):
                     break
-            new = next_id[:, None]  # [B, 1]
-            logits = (model(new, caches, start=tokens.size(1) - 1) if use_cache else model(tokens))[:, -1]
+            if step + 1 < max_new_tokens:  # the logits for the next token (none after the last)
+                new = next_id[:, None]  # [B, 1]
+                logits = (model(new, caches, start=tokens.size(1) - 1) if use_cache else model(tokens))[:, -1]
     return tokens
 
 # %% chapters/11_language_model.ipynb, cell 28
