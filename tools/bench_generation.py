@@ -113,8 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         model.decode = compiled_step
         compiled_tokens = {batch: decode(batch) for batch in args.batches}  # compiles, then reuses
         model.decode = eager_step
+        same = all(torch.equal(tokens, decode(batch)) for batch, tokens in compiled_tokens.items())
         print(f"torch.compile of the decoder step: {time.perf_counter() - start:.0f} s (wall) for the first "
-              f"decodings; identical tokens: {all(torch.equal(t, decode(b)) for b, t in compiled_tokens.items())}")
+              f"decodings; identical tokens: {same}")
+        if not same:
+            print("the compiled step changed the tokens")
+            return 1
     rows: dict[str, list[float]] = {}
     for repeat in range(args.repeats):
         bound = best_of(lambda: weight @ x, 10)  # seconds per step at the bandwidth bound
