@@ -17,7 +17,7 @@ export PYTHONHASHSEED := 0
 export BOOK_JOBS ?= 2
 
 .PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
-        execute checkpoint book site lab student grade check course clean clean-student
+        execute checkpoint lm-checkpoint book site lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
@@ -26,6 +26,7 @@ help:
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
+	@echo "make lm-checkpoint   retrain chapter 11's language model (configs/lm.toml, ~30 min) and ship it"
 	@echo "make export      regenerate transformer/ from the notebooks"
 	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
@@ -99,6 +100,15 @@ execute: $(STAMP)
 # (a plain run of the chapter trains and checks, but leaves the shipped file alone).
 checkpoint: $(STAMP)
 	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
+
+# Retrain the language model that chapter 11 loads: chapter 12's train command on
+# configs/lm.toml (about 30 minutes on 2 cores), from scratch in runs/lm-checkpoint (run the
+# same train command by hand to resume an interrupted run), then copied into the package.
+lm-checkpoint: $(STAMP)
+	rm -rf runs/lm-checkpoint
+	$(PY) -m transformer train configs/lm.toml --out runs/lm-checkpoint --no-progress
+	rm -rf transformer/checkpoints/tang_poems
+	cp -r runs/lm-checkpoint/model transformer/checkpoints/tang_poems
 
 # The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
 # `site` renders the committed outputs. Open _build/html/index.html.

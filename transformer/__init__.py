@@ -27,11 +27,11 @@ from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command
 # chapter 11: A decoder-only language model
-from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, POSITIONS, LanguageModel
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, POSITIONS, LanguageModel, LM_CHECKPOINT, VOCAB_FILE, LanguageModelCheckpoint, save_language_model, load_language_model
 # chapter 11: A decoder-only language model
-from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
+from transformer.text import CORPUS_FILE, CORPUS_ENCODING, Document, read_corpus, CLAUSE_END, MIN_CLAUSE, line_groups, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share, longest_shared_run
 # chapter 12: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
-from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command
+from transformer.distributed import CONFIG_DEFAULTS, TASKS, PRECISIONS, DEVICES, SAVE_DTYPES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, Task, translation_task, lm_epoch_batches, language_model_task, make_adamw, TASK_BUILDERS, rng_state, set_rng_state, train_from_config, train_command
 # chapter 14: Appendix: Benchmarks
 from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step_fn, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
@@ -122,9 +122,18 @@ __all__ = [
     "continue_poems",
     "POSITIONS",
     "LanguageModel",
+    "LM_CHECKPOINT",
+    "VOCAB_FILE",
+    "LanguageModelCheckpoint",
+    "save_language_model",
+    "load_language_model",
     "CORPUS_FILE",
+    "CORPUS_ENCODING",
     "Document",
     "read_corpus",
+    "CLAUSE_END",
+    "MIN_CLAUSE",
+    "line_groups",
     "TextSplit",
     "split_documents",
     "CharVocab",
@@ -135,9 +144,12 @@ __all__ = [
     "VERSE_LINE",
     "verse_form",
     "verse_form_share",
+    "longest_shared_run",
     "CONFIG_DEFAULTS",
+    "TASKS",
     "PRECISIONS",
     "DEVICES",
+    "SAVE_DTYPES",
     "load_config",
     "load_pairs",
     "epoch_batches",
@@ -151,6 +163,12 @@ __all__ = [
     "save_resume_checkpoint",
     "load_resume_checkpoint",
     "autocast",
+    "Task",
+    "translation_task",
+    "lm_epoch_batches",
+    "language_model_task",
+    "make_adamw",
+    "TASK_BUILDERS",
     "rng_state",
     "set_rng_state",
     "train_from_config",
