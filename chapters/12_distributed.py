@@ -28,7 +28,8 @@
 # - with **gradient accumulation** and **mixed precision** (bfloat16 autocast; float16
 #   with a gradient scaler on GPUs);
 # - from a **config file**, as a command: `python -m transformer train configs/book.toml`,
-#   or `torchrun --nproc_per_node=N -m transformer train configs/book.toml`;
+#   or `torchrun --nproc_per_node=N -m transformer train configs/book.toml`, for the
+#   translator or for chapter 11's language model (`configs/lm.toml`);
 # - with **checkpoints that survive a crash**: a run killed mid-way resumes from its
 #   last checkpoint and ends with exactly the weights of a run that never stopped.
 
@@ -673,11 +674,12 @@ class _Forward:
     """What the loss function calls as its model: the (DDP) replica, under autocast.
 
     The logits come back in float32, so that the softmax and the loss are computed in
-    full precision whatever the forward pass ran in.
+    full precision whatever the forward pass ran in. pad_id is the model's (the
+    translation loss reads it).
     """
 
-    def __init__(self, replica: torch.nn.Module, precision: str, device: torch.device):
-        self.replica, self.precision, self.device = replica, precision, device
+    def __init__(self, replica: torch.nn.Module, pad_id: int, precision: str, device: torch.device):
+        self.replica, self.pad_id, self.precision, self.device = replica, pad_id, precision, device
 
     def __call__(self, *inputs: Tensor) -> Tensor:
         with autocast(self.precision, self.device):
@@ -922,7 +924,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         epoch, position = saved["epoch"], saved["position"]
         set_rng_state(saved["rng"][procs.rank])
     replica = replicate(model, procs)
-    forward = _Forward(replica, train_cfg["precision"], procs.device)
+    forward = _Forward(replica, model.pad_id, train_cfg["precision"], procs.device)
     loss_fn = lambda _model, batch: task.loss_fn(forward, batch)  # noqa: E731
     step_args = dict(clip=train_cfg["clip"], micro_batches=train_cfg["micro_batches"],
                      no_sync=getattr(replica, "no_sync", None),
@@ -1025,7 +1027,8 @@ def train_command(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m transformer train",
-        description="Train the translator as CONFIG says; under `torchrun --nproc_per_node=N` on N processes.")
+        description="Train what CONFIG says (a translator or a language model); under `torchrun "
+                    "--nproc_per_node=N` on N processes.")
     parser.add_argument("config", help="a .toml or .json training config (see configs/)")
     parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
                         "a checkpoint found there is resumed")
@@ -1273,13 +1276,14 @@ plt.show()
 
 # %% [markdown]
 # The curves nearly lie on each other. bfloat16's short mantissa rounds every product,
-# but the weights, their updates and the loss stay float32. In our run, while the loss
-# fell from 4.6 to about 1.85, the two curves were never more than 0.07 apart, and the
-# validation losses (computed in float32 from each run's weights) differed by 0.07, 4%:
-# the two runs took slightly different paths down a steep slope, which is the size of
-# difference a different seed makes too. On this CPU bfloat16 is no faster (it has no
-# bfloat16 matrix units); on a GPU with tensor cores it is several times faster. What to
-# take from this cell is the loss, not the time.
+# but the weights, their updates and the loss stay float32. In the run above, while the
+# loss fell from 4.6 to about 1.85, the two curves were never more than 0.11 apart, and
+# the validation losses (computed in float32 from each run's weights) differed by 0.02,
+# 1.5%: the two runs took slightly different paths down a steep slope, which is the size
+# of difference a different seed makes too (each rerun prints slightly different gaps).
+# On this CPU bfloat16 was slower, not faster (the seconds above: autocast converts the
+# weights at every step, and the CPU has no bfloat16 matrix units); on a GPU with tensor
+# cores it is several times faster. What to take from this cell is the loss, not the time.
 #
 # **Throughput of 2 processes on 2 cores.** The same 40 steps of the small model with
 # batches of 128, by one process (one thread) and by two (one thread each), both under
@@ -1404,9 +1408,10 @@ assert lm_metrics["world_size"] == 2 and lm_metrics["step"] == 40
 assert math.exp(lm_metrics["valid_loss"]) < 0.5 * len(lm_vocab)  # it learned: far below a uniform guess
 
 # %% [markdown]
-# Forty updates of a small model are only a check that the path works: the validation
-# perplexity fell far below a uniform guess over the vocabulary, but the bigram of chapter 11 is
-# still ahead. The real run is the one `configs/lm.toml` describes.
+# Forty updates of a small model only check that the path works: its validation
+# perplexity (846 in the run above) is far below a uniform guess over the 6,177 tokens a
+# model may write, and far above chapter 11's bigram (about 210). The real run is the one
+# `configs/lm.toml` describes.
 #
 # ## 7 · What we can do now, and what is still missing
 #
@@ -1514,11 +1519,15 @@ print("ex3 passed")
 # - `DistributedDataParallel` starts each bucket's all-reduce during backward, so
 #   communication **overlaps** computation; `no_sync()` skips it for all but the last
 #   micro-batch of **gradient accumulation**.
+# - The config says what to train (`[model] task`): chapter 09's translator, or chapter
+#   11's language model, whose windows of text are batched, sharded and resumed the same
+#   way; `configs/lm.toml` is the recipe of the language model the package ships
+#   (`make lm-checkpoint`).
 # - `python -m transformer train CONFIG` runs one process; `torchrun --nproc_per_node=N`
 #   (and `--nnodes`, `--node_rank`, `--rdzv_endpoint` across machines) runs N, with gloo on
 #   CPUs and nccl on GPUs. Rank 0 alone logs and saves.
-# - Measured here: 1 process × 16 sentences and 2 processes × 8 agree to within
-#   $10^{-6}$ after 6 steps (4.5e-07 in the runs above), as do 2 micro-batches and one
+# - Measured here: 1 process × 16 sentences and 2 processes × 8 agree to about
+#   $10^{-6}$ after 6 steps (1.1e-06 in the runs above), as do 2 micro-batches and one
 #   batch (the attention key biases, whose true gradient is zero, excepted); a run killed
 #   and resumed ends **bit for bit** like one that never stopped.
 # - A **resume checkpoint** holds the weights, the optimizer, the schedule, the step,

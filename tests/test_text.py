@@ -17,6 +17,7 @@ from transformer.text import (
     Document,
     encode_stream,
     line_groups,
+    longest_shared_run,
     next_token_labels,
     random_windows,
     read_corpus,
@@ -278,3 +279,22 @@ def test_verse_form_share_of_the_tang_poems(documents):
     assert 0.9 < verse_form_share(lines) < 0.95
     with pytest.raises(ValueError, match="at least one line"):
         verse_form_share([])
+
+
+# --- copies ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, corpus, run", [
+    ("床前看月光", "疑是地上霜。床前看月", "床前看月"),  # a prefix of text
+    ("举头望山月", "低头望山月光", "头望山月"),  # the end
+    ("春眠不觉晓", "夜来风雨声", ""),  # nothing shared
+    ("月月月", "月", "月"),
+    ("明月光明月", "明月光，明月", "明月光"),  # the first of two equally long runs
+    ("", "abc", ""),
+])
+def test_longest_shared_run(text, corpus, run):
+    assert longest_shared_run(text, corpus) == run
+
+
+def test_longest_shared_run_finds_a_run_after_a_failed_window():
+    # The window must slide, not restart: "ab" fails at "abx", then "bxyz" is in the corpus.
+    assert longest_shared_run("abxyz", "ab bxyz") == "bxyz"

@@ -513,11 +513,12 @@ class _Forward:
     """What the loss function calls as its model: the (DDP) replica, under autocast.
 
     The logits come back in float32, so that the softmax and the loss are computed in
-    full precision whatever the forward pass ran in.
+    full precision whatever the forward pass ran in. pad_id is the model's (the
+    translation loss reads it).
     """
 
-    def __init__(self, replica: torch.nn.Module, precision: str, device: torch.device):
-        self.replica, self.precision, self.device = replica, precision, device
+    def __init__(self, replica: torch.nn.Module, pad_id: int, precision: str, device: torch.device):
+        self.replica, self.pad_id, self.precision, self.device = replica, pad_id, precision, device
 
     def __call__(self, *inputs: Tensor) -> Tensor:
         with autocast(self.precision, self.device):
@@ -782,7 +783,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         epoch, position = saved["epoch"], saved["position"]
         set_rng_state(saved["rng"][procs.rank])
     replica = replicate(model, procs)
-    forward = _Forward(replica, train_cfg["precision"], procs.device)
+    forward = _Forward(replica, model.pad_id, train_cfg["precision"], procs.device)
     loss_fn = lambda _model, batch: task.loss_fn(forward, batch)  # noqa: E731
     step_args = dict(clip=train_cfg["clip"], micro_batches=train_cfg["micro_batches"],
                      no_sync=getattr(replica, "no_sync", None),
@@ -880,7 +881,8 @@ def train_command(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m transformer train",
-        description="Train the translator as CONFIG says; under `torchrun --nproc_per_node=N` on N processes.")
+        description="Train what CONFIG says (a translator or a language model); under `torchrun "
+                    "--nproc_per_node=N` on N processes.")
     parser.add_argument("config", help="a .toml or .json training config (see configs/)")
     parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
                         "a checkpoint found there is resumed")
