@@ -22,6 +22,7 @@ export BOOK_JOBS ?= 2
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
 	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
+	@echo "make site EDITION=student   the site without solutions, in _build/student/html/"
 	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
@@ -105,8 +106,9 @@ checkpoint: $(STAMP)
 book: $(STAMP)
 	$(PY) tools/book.py
 
+# EDITION=student: the site without solutions or hidden tests, into _build/student/html/.
 site: $(STAMP)
-	$(PY) tools/website.py
+	$(PY) tools/website.py $(if $(EDITION),--edition $(EDITION))
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)
