@@ -39,7 +39,8 @@ SITE_ROOT = ROOT / "_build" / "test-site"
 HTML = SITE_ROOT / "html"
 STUDENT_ROOT = ROOT / "_build" / "test-site-student"
 PHONE, LAPTOP = 390, 1280  # CSS pixels: a common phone's width, a common laptop's
-ENABLE = "apt-get install -y chromium   (Debian/Ubuntu; or set BOOK_CHROMIUM=/path/to/chromium)"
+ENABLE = ("apt-get install -y chromium fonts-noto-cjk   (Debian/Ubuntu; or set "
+          "BOOK_CHROMIUM=/path/to/chromium)")
 CHROMIUM_FLAGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -725,6 +726,72 @@ def test_api_page_lists_every_public_name(browser, site):
         target = urlsplit(listed[name])
         assert target.fragment.endswith("." + name), listed[name]
         assert f'id="{target.fragment}"' in Path(unquote(target.path)).read_text(encoding="utf-8")
+
+
+# --- the whole book as a PDF (tools/pdf.py) ------------------------------------------
+
+@pytest.fixture(scope="module")
+def book_pdf(browser, site) -> Path:
+    """The PDF of two chapters (one with Chinese text) with the front and back matter,
+    printed as `make pdf` prints the whole book; the whole book takes minutes."""
+    from pdf import build_pdf
+
+    return build_pdf(out=SITE_ROOT / "book-sample.pdf", only=[1, 11], site_root=SITE_ROOT,
+                     context=browser)
+
+
+@pytest.fixture(scope="module")
+def pdf_pages(book_pdf) -> tuple:
+    """The PDF's reader and the text of each page (extracted once: it takes seconds)."""
+    from pypdf import PdfReader
+
+    reader = PdfReader(book_pdf)
+    return reader, [page.extract_text() for page in reader.pages]
+
+
+def test_pdf_has_contents_with_page_numbers_and_every_part(pdf_pages):
+    """The contents page names each part with the page it starts on, and it does; the
+    footers carry those page numbers; bookmarks lead to every part."""
+    reader, texts = pdf_pages
+    entries = re.findall(r"^(.+?)\s+(\d+)$", texts[1], re.M)
+    titles = [t for t, _ in entries]
+    assert titles[0].startswith("Building a Transformer") and titles[-3:] == [
+        "Glossary", "Sources", "For teachers"], titles
+    assert any(t.startswith("01 ·") for t in titles) and any(t.startswith("11 ·") for t in titles)
+    squash = lambda text: re.sub(r"\s+", "", text)  # noqa: E731
+    for title, number in entries:
+        assert squash(title) in squash(texts[int(number) - 1]), f"{title!r} is not on page {number}"
+    for number in (2, len(texts) // 2, len(texts)):
+        assert texts[number - 1].strip().endswith(str(number)), f"page {number}: no page number"
+    marks = {squash(item.title) for item in reader.outline if not isinstance(item, list)}
+    assert {squash(t) for t in titles} <= marks, f"bookmarks: {marks}"
+
+
+def test_pdf_holds_formulas_figures_chinese_code_and_solutions(pdf_pages):
+    reader, texts = pdf_pages
+    text = "".join(texts)
+    chapters = [c for c in CHAPTERS if c.number in (1, 11)]
+    figures = sum(len(figure_cells(c)) for c in chapters)
+    images = sum(len(p.images) for p in reader.pages)
+    assert images >= figures, f"{images} images for {figures} figures"
+    faces = []  # per page, the embedded faces (Chromium embeds OpenType faces as Type3 fonts)
+    for page in reader.pages:
+        faces.append(set())
+        for font in (page.get("/Resources", {}).get("/Font", {}) or {}).values():
+            font = font.get_object()
+            descriptor = font.get("/FontDescriptor")
+            faces[-1].add(str(descriptor.get_object().get("/FontName")) if descriptor
+                          else str(font.get("/BaseFont", "")))
+    fonts = set().union(*faces)
+    with_math = sum(any("MathJax_Math" in f for f in page) for page in faces)
+    assert with_math >= 10, f"formulas typeset on {with_math} pages only: {fonts}"
+    assert not re.search(r"\\\(.{1,80}?\\\)|\$\$", text), "TeX left untypeset in the PDF"
+    assert any("CJKsc" in f for f in fonts), f"no Simplified Chinese face embedded: {fonts}"
+    assert "床前明月光" in text.replace(" ", "") or han_runs(text), "no Chinese text"
+    assert "def one_hot_lookup" in text, "the code of chapter 01's exercise is missing"
+    for chapter in chapters:
+        for line in sorted(solution_lines(chapter))[:3]:
+            assert re.sub(r"\s+", "", line) in re.sub(r"\s+", "", text), f"solution missing: {line!r}"
 
 
 # --- plain-text docstrings as reST (tools/docstrings.py) ------------------------------
