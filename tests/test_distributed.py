@@ -378,16 +378,23 @@ def test_language_model_on_two_processes_equals_one_and_loads(tmp_path):
 def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path):
     from transformer.distributed import lm_epoch_batches
 
-    stream = torch.arange(1000) % 50 + 4
+    stream = torch.arange(1000) + 4  # every id its own position
     batches = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=3, world_size=2)
     starts = sorted(int(inputs[i, 0]) for inputs, _ in batches for i in range(4))
-    assert len(batches) == 24 and len(set(map(tuple, torch.cat([b[0] for b in batches]).tolist()))) == 96
+    offset = (starts[0] - 4) % 10  # the epoch's random offset
+    assert len(set(starts)) == len(starts) and all((x - 4) % 10 == offset for x in starts)  # each window once
+    windows = -(-(1000 - offset - 1) // 10)  # ceil: sequential_windows pads the last one
+    assert len(batches) == windows // 4  # only the incomplete last batch is dropped
+    for inputs, labels in batches:
+        kept = labels[:, :-1] != -100  # the padded tail of the last window is ignored
+        assert torch.equal(labels[:, :-1][kept], inputs[:, 1:][kept])  # labels: the inputs shifted by one
     again = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=3, world_size=2)
     assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again, strict=True))
     other = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=4, world_size=2)
-    assert sorted(int(x[i, 0]) for x, _ in other for i in range(4)) != starts  # another offset, another order
+    assert [int(x[0, 0]) for x, _ in other] != [int(x[0, 0]) for x, _ in batches]  # another epoch, another order
     # A run killed after step 3 (last checkpoint: step 2) and resumed ends where an uninterrupted one does.
-    train_from_config(TINY_LM, tmp_path / "full", progress=False, verbose=False)
+    full = torchrun(tmp_path, TINY_LM, tmp_path / "full", processes=1)  # as the resumed run: one thread
+    assert full.returncode == 0, full.stderr[-3000:]
     crashed = torchrun(tmp_path, TINY_LM, tmp_path / "crashed", processes=1, env={"TRANSFORMER_KILL_AT": "0:3"})
     assert crashed.returncode != 0 and load_resume_checkpoint(tmp_path / "crashed" / "checkpoints")["step"] == 2
     resumed = torchrun(tmp_path, TINY_LM, tmp_path / "crashed", processes=1)

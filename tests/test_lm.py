@@ -388,6 +388,9 @@ def test_the_shipped_language_model_is_small_and_loads():
     assert size <= 8_000_000, f"the shipped language model takes {size:,} bytes"
     model, vocab, metrics = load_language_model()
     assert len(vocab) == model.vocab_size and metrics["config"]["model"]["task"] == "lm"
-    assert len(metrics["losses"]) == metrics["step"] and metrics["valid_curve"]
+    assert 0 < len(metrics["losses"]) <= metrics["step"] == metrics["config"]["train"]["steps"]
+    curve = [step for step, _ in metrics["valid_curve"]]
+    assert curve == sorted(curve) and curve[-1] <= metrics["step"]
+    assert math.exp(metrics["valid_loss"]) < 150  # chapter 11: the bigram's validation perplexity is about 220
     ids = torch.tensor([vocab.encode("床前看月光，", add_special=True)[:-1]])
     assert model(ids).shape == (1, ids.size(1), len(vocab))
