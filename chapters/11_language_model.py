@@ -32,7 +32,7 @@
 #   shape of a Tang poem?);
 # - the **model**: chapter 07's decoder block with its cross-attention sublayer absent,
 #   the causal mask of chapter 04, weight tying; trained here for a minute with chapter
-#   09's loop, and loaded as the package ships it, trained the same way for half an hour;
+#   09's loop, and loaded as the package ships it, trained the same way for 1,300 updates;
 # - **generation** with chapter 10's samplers and KV cache: what the model writes, whether
 #   it keeps the form, and whether it copies its training text.
 
@@ -1652,7 +1652,7 @@ print("all checks passed")
 # adds them and compares them on this chapter's task.
 #
 # First, the other half of "more training". This chapter's minute of training on one
-# process is what a chapter allows; the shipped model's half hour already needed a
+# process is what a chapter allows; the shipped model's 1,300 updates already needed a
 # command that runs without a notebook, and a real corpus needs many processes and a
 # run that survives a crash. Chapter 12 takes chapter 09's training step, which this
 # chapter used unchanged, and runs it on several processes at once, in mixed precision,

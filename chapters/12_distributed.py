@@ -1385,7 +1385,7 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 #
 # `configs/lm.toml` is the recipe of the model that ships with the package and that
 # chapter 11 loads: `make lm-checkpoint` runs
-# `python -m transformer train configs/lm.toml` (half an hour on 2 cores) and copies the
+# `python -m transformer train configs/lm.toml` (about 11 minutes on 2 quiet cores) and copies the
 # result into the package. Here, a small version of it on 2 processes for 40 steps:
 
 # %%
