@@ -713,8 +713,8 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
         The ids, [B, T], dtype long.
 
     Raises:
-        ValueError: seqs is empty, one of its sequences is empty, or pad_id is not a
-            non-negative integer.
+        ValueError: seqs is empty, one of its sequences is empty or holds something other
+            than integer ids, or pad_id is not a non-negative integer.
     """
     _check_int("pad_id", pad_id, 0)
     if len(seqs) == 0:
@@ -722,6 +722,9 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
     lengths = [len(s) for s in seqs]
     if min(lengths) == 0:
         raise ValueError(f"sequence {lengths.index(0)} of the batch is empty")
+    for i, s in enumerate(seqs):
+        if isinstance(s, str) or not all(isinstance(x, int) and not isinstance(x, bool) for x in s):
+            raise ValueError(f"seqs must hold sequences of integer ids; sequence {i} is {list(s)[:5]!r}")
     out = torch.full((len(seqs), max(lengths)), pad_id, dtype=torch.long)  # [B, T]
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
@@ -1536,7 +1539,7 @@ import json
 from pathlib import Path
 
 import transformer as _package
-from transformer.model import Transformer, _json_text, read_pretrained_config
+from transformer.model import Transformer, _as_directory, _json_text, read_pretrained_config
 
 TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
@@ -1629,7 +1632,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
         ValueError: a file is malformed (the message names it and says what is wrong), or
             only one of the two vocabulary files is there.
     """
-    directory = Path(directory)
+    directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
     metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
     if not isinstance(metrics, dict):

@@ -82,7 +82,7 @@ def runs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["book", "base", "big"])
 def test_shipped_configs_load(name):
-    config = load_config(ROOT / "configs" / f"{name}.toml")
+    config = load_config(ROOT / "transformer" / "configs" / f"{name}.toml")
     if name != "book":
         assert config["model"]["paper"] == name and config["model"]["num_encoder_layers"] == 6
         assert config["model"]["d_model"] == {"base": 512, "big": 1024}[name]

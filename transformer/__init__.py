@@ -25,13 +25,13 @@ from transformer.training import IGNORE_INDEX, shift_targets, label_smoothed_cro
 # chapter 09: Training: teaching the model to translate
 from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX_WORDS, Grammar, HELD_OUT_COMBINATIONS, sample_pair, generate_corpus, is_held_out, CorpusSplit, split_corpus, PUNCTUATION, SENTENCE_END, tokenize, Vocab, pad_sequences, collate, make_batches
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
-from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command
+from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command, generate
 # chapter 11: A decoder-only language model
-from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, POSITIONS, LanguageModel
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity, continue_poems, POSITIONS, LanguageModel
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 # chapter 12: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
-from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command
+from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command, example_configs, example_config
 # chapter 14: Appendix: Benchmarks
 from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step_fn, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
@@ -115,10 +115,10 @@ __all__ = [
     "load_translator",
     "translate",
     "translate_command",
+    "generate",
     "BigramLanguageModel",
     "lm_loss",
     "perplexity",
-    "generate",
     "continue_poems",
     "POSITIONS",
     "LanguageModel",
@@ -155,6 +155,8 @@ __all__ = [
     "set_rng_state",
     "train_from_config",
     "train_command",
+    "example_configs",
+    "example_config",
     "machine_info",
     "cpu_seconds",
     "interleaved",

@@ -524,7 +524,7 @@ import json
 from pathlib import Path
 
 import transformer as _package
-from transformer.model import Transformer, _json_text, read_pretrained_config
+from transformer.model import Transformer, _as_directory, _json_text, read_pretrained_config
 
 TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
@@ -623,7 +623,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    directory = Path(directory)
+    directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
     metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
     if not isinstance(metrics, dict):
