@@ -216,6 +216,7 @@ def _verb_phrase(verb: tuple, tense: str, mood: str, third: bool) -> tuple[list[
     }
     aux, word, zh_pre, zh_verb = table[tense, mood]
     if mood == "question":
+        assert aux is not None  # every question of the table has its auxiliary
         return [aux], [word], zh_pre, zh_verb
     if mood == "negation":
         return [], [aux, "not", word], zh_pre, zh_verb
@@ -1139,10 +1140,10 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 
 # %%
 #| export
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 LossFn = Callable[[torch.nn.Module, Any], tuple[Tensor, int]]  # (model, batch) -> (mean loss, tokens)
 
@@ -1166,7 +1167,7 @@ def translation_loss(model: torch.nn.Module, batch: tuple[Tensor, Tensor], eps: 
         raise ValueError(f"a translation batch must be a pair (src [B, S], tgt [B, T]), got "
                          f"{type(batch).__name__}{f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''}")
     src, tgt = batch
-    decoder_input, labels = shift_targets(tgt, model.pad_id)  # [B, T-1] each
+    decoder_input, labels = shift_targets(tgt, cast(int, model.pad_id))  # [B, T-1] each
     logits = model(src, decoder_input)  # [B, T-1, V]
     return label_smoothed_cross_entropy(logits, labels, eps), int((labels != IGNORE_INDEX).sum())
 
@@ -1435,7 +1436,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
     model = state.model
     history: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [],
                                        "valid_step": [], "valid_loss": [], "seconds": []}
-    per_epoch = None if callable(batches) or not hasattr(batches, "__len__") else len(batches)
+    per_epoch = len(batches) if isinstance(batches, Sized) and not callable(batches) else None
     bar = tqdm(total=per_epoch and epochs * per_epoch, disable=not progress, mininterval=10.0, unit="step")
     start, was_training = time.perf_counter(), model.training
     devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
@@ -1513,8 +1514,8 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
     _check_int("seed", seed, 0)  # fit takes None too; here it also orders the batches
-    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=model.max_len,
-                     pad_id=model.pad_id)
+    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=cast(int, model.max_len),
+                     pad_id=cast(int, model.pad_id))
     valid = encode(valid_pairs, batch_size=500) if valid_pairs else None
     state = TrainState(model, *make_optimizer(model, warmup, factor))
     return fit(state, lambda epoch: encode(train_pairs, batch_size=batch_size, shuffle=True, seed=seed + epoch),

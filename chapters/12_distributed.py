@@ -471,6 +471,7 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
 
 # %%
 #| export
+from typing import cast
 from collections.abc import Callable
 
 from safetensors import safe_open
@@ -597,7 +598,7 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
         raise ValueError(f"cannot resume from {str(pointer.parent)!r}: {type(err).__name__}: {err}") from None
     except Exception as err:  # safetensors reports a corrupt file with its own error type
         raise ValueError(f"cannot resume from {str(path)!r}: {err}") from None
-    return _from_json(document, tensors)
+    return cast(dict, _from_json(document, tensors))
 
 # %% [markdown]
 # The loop. It is chapter 09's `train_step`, called on this process's shard of each
@@ -784,7 +785,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         set_rng_state(saved["rng"][procs.rank])
     replica = replicate(model, procs)
     forward = _Forward(replica, model.pad_id, train_cfg["precision"], procs.device)
-    loss_fn = lambda _model, batch: translation_loss(forward, batch, train_cfg["eps"])  # noqa: E731
+    loss_fn = lambda _model, batch: translation_loss(cast(torch.nn.Module, forward), batch, train_cfg["eps"])  # noqa: E731
     step_args = dict(clip=train_cfg["clip"], micro_batches=train_cfg["micro_batches"],
                      no_sync=getattr(replica, "no_sync", None),
                      all_reduce=all_reduce_sum if procs.world_size > 1 else None)
@@ -907,7 +908,7 @@ def train_command(argv: list[str] | None = None) -> int:
     try:
         train_from_config(
             args.config, args.out or Path("runs") / Path(args.config).stem, progress=not args.no_progress,
-            kill_at=tuple(int(x) for x in kill_at.split(":")) if kill_at else None)
+            kill_at=_rank_and_step(kill_at) if kill_at else None)
     except ValueError as err:
         print(f"train: {err}", file=sys.stderr)
         return 2
@@ -918,6 +919,12 @@ def train_command(argv: list[str] | None = None) -> int:
         print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
         return 130
     return 0
+
+
+def _rank_and_step(text: str) -> tuple[int, int]:
+    """TRANSFORMER_KILL_AT="RANK:STEP" as (rank, step)."""
+    rank, step = text.split(":")
+    return int(rank), int(step)
 
 
 def example_configs() -> list[str]:

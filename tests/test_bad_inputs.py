@@ -313,11 +313,9 @@ import io  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from transformer import (  # noqa: E402
-    BigramLanguageModel,
     CharVocab,
     LanguageModel,
     beam_search,
-    cross_attention_weights,
     encode_stream,
     filter_logits,
     generate,
@@ -332,7 +330,6 @@ from transformer import (  # noqa: E402
     noam_lr,
     pad_sequences,
     perplexity,
-    random_windows,
     sample_decode,
     sequence_scores,
     shift_targets,
@@ -340,6 +337,9 @@ from transformer import (  # noqa: E402
     translation_loss,
 )
 from transformer.__main__ import main  # noqa: E402
+from transformer.generation import cross_attention_weights  # noqa: E402
+from transformer.lm import BigramLanguageModel  # noqa: E402
+from transformer.text import random_windows  # noqa: E402
 
 torch.manual_seed(0)
 _TR = Transformer(**MODEL).eval()  # a small translator: V = 30, max_len 12

@@ -119,6 +119,7 @@ def _verb_phrase(verb: tuple, tense: str, mood: str, third: bool) -> tuple[list[
     }
     aux, word, zh_pre, zh_verb = table[tense, mood]
     if mood == "question":
+        assert aux is not None  # every question of the table has its auxiliary
         return [aux], [word], zh_pre, zh_verb
     if mood == "negation":
         return [], [aux, "not", word], zh_pre, zh_verb

@@ -36,6 +36,9 @@ class BigramLanguageModel(nn.Module):
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
 
+    unigram: Tensor  # [V], buffers (for type checkers: register_buffer is dynamic)
+    log_probs: Tensor  # [V, V]
+
     def __init__(self, stream: Tensor, vocab_size: int, weight: float = 0.5):
         super().__init__()
         self.vocab_size = _check_int("vocab_size", vocab_size)
@@ -262,7 +265,10 @@ class LanguageModel(PretrainedModel):
         mask = causal_mask(t, ids.device) if start == 0 else (
             torch.ones(1, 1, t, start + t, dtype=torch.bool, device=ids.device).tril(start))
         x = self.embed(ids)  # [B, T, d_model]
-        x = self.embed_dropout(x) if self.positional is None else self.positional(x, start)  # rotary: in attention
+        if self.positional is not None:
+            x = self.positional(x, start)  # [B, T, d_model]
+        elif self.embed_dropout is not None:  # rotary: positions are turned inside attention
+            x = self.embed_dropout(x)
         x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 

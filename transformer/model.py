@@ -132,8 +132,9 @@ def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
     model.tie_weights()
     device = next(model.parameters()).device
     for module in model.modules():
-        if hasattr(module, "reset_buffers"):  # PositionalEncoding's table (chapter 02)
-            module.reset_buffers(device)
+        reset = getattr(module, "reset_buffers", None)  # PositionalEncoding's table (chapter 02)
+        if callable(reset):
+            reset(device)
 
 # %% chapters/08_model.ipynb, cell 10
 from torch import Tensor
@@ -147,7 +148,7 @@ from transformer.embedding import (
     _check_int,
     _check_token_ids,
 )
-from transformer.masks import causal_mask, combine_masks, padding_mask
+from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import _check_mask_axes
 from transformer.positional import PositionalEncoding
 
@@ -320,7 +321,7 @@ class Transformer(PretrainedModel):
         Returns:
             Bool [B, 1, T, T].
         """
-        return combine_masks(padding_mask(tgt, self.pad_id), causal_mask(tgt.size(1), tgt.device))
+        return padding_mask(tgt, self.pad_id) & causal_mask(tgt.size(1), tgt.device)  # [B, 1, T, T]
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Run the encoder.
@@ -547,7 +548,7 @@ def _build(cls: type, document: dict, path: Path) -> nn.Module:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"{path}: dtype {document.get('dtype')!r} is not a floating-point torch dtype")
     config = document["config"]
-    accepted = inspect.signature(cls.__init__).parameters
+    accepted = inspect.signature(cls).parameters  # the constructor's, without self
     unknown = sorted(set(config) - set(accepted))
     if unknown:
         raise ValueError(f"{path}: config keys {unknown} are not arguments of {cls.__name__}")

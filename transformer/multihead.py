@@ -233,10 +233,11 @@ class MultiHeadAttention(nn.Module):
         _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
                                 None if reuse else key, None if reuse else value)
         _check_mask_axes(mask, query.size(0), self.num_heads, query.size(1))
-        if reuse:
+        if reuse and cache is not None:
             q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
         else:
+            assert key is not None and value is not None  # checked above
             q, k, v = map(self.split_heads, self.project(query, key, value,
                                                        stack=cache is None))  # [B, h or h_kv, T, d_head]
             if self.rotary is not None:  # new positions start after the cached ones

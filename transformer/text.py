@@ -57,7 +57,7 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
         if len(fields) != 3 or not text:
             raise ValueError(f"{path}, line {line_no}: expected '% SOURCE<TAB>AUTHOR<TAB>TITLE' "
                              f"followed by text, got {header[:60]!r}")
-        documents.append(Document(*fields, text))
+        documents.append(Document(fields[0], fields[1], fields[2], text))
         line_no += block.count("\n")
     return documents
 
