@@ -2103,8 +2103,10 @@ print("all checks passed")
 #
 # We can now translate: the model of chapter 09 writes Chinese for English sentences it
 # never saw, greedily, by sampling, or with beam search; a KV cache makes each new token
-# cost one position of decoder work; and anyone can call `translate("I love apples")` or
-# `python -m transformer translate "I love apples"`.
+# cost one position of decoder work; anyone can call `translate("I love apples")` or
+# `python -m transformer translate "I love apples"`; and engineers get
+# `model.generate(...)` with the options they know from Hugging Face, for this model and
+# for the language model of chapter 11.
 #
 # What this book leaves out, and where to look next:
 #

@@ -1138,8 +1138,8 @@ plt.show()
 # %% [markdown]
 # ## 8 · Generation: chapter 10's samplers and KV cache
 #
-# `generate` of section 5 drives the trained model as it drove the bigram, now with
-# `use_cache=True`: the prompt goes through the model once, and each later step feeds
+# `generate` of section 5 (here as the model's own method, `model.generate`) drives the
+# trained model as it drove the bigram, now with `use_cache=True`: the prompt goes through the model once, and each later step feeds
 # one new token, whose keys and values join chapter 10's preallocated `KVCache` in
 # every layer (the block without cross-attention caches only its self-attention).
 # First, what the model writes from `<bos>` alone, at two temperatures with top-p 0.9:
@@ -1500,6 +1500,7 @@ print(f"ex3 passed: {_count} of the {len(_tang)} Tang poems are regulated poems 
 #   of their lines; the bigram in none, and the Transformer, after a minute of
 #   training on a corpus that is three quarters prose and *ci*, in hardly any: a lower
 #   perplexity is not yet the shape of a poem.
-# - `generate` drives any next-token model with chapter 10's samplers; with the KV
-#   cache each step costs one token of work. `save_pretrained` / `from_pretrained`
+# - chapter 10's `generate` (`model.generate`) drives any next-token model, greedily,
+#   by sampling or with beam search, and takes prompts of several lengths in one
+#   left-padded batch; with the KV cache each step costs one token of work. `save_pretrained` / `from_pretrained`
 #   store the model as JSON and safetensors.

@@ -863,7 +863,12 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
 # The command. `python -m transformer` runs `transformer/__main__.py`, which this
 # chapter now writes: it hands `translate` to chapter 10's `translate_command` and
 # `train` to `train_command`. (A chapter may not import from a later one, so the file
-# that knows both commands lives here.) A bad config is one line on standard error.
+# that knows both commands lives here.) A bad config is one line on standard error, and
+# so is every other failure a user can cause: a missing pairs file, a run directory that
+# cannot be written, or a resume with a config whose model or data differ from the
+# checkpoint's (the checkpoint stores its config, and the message names each key that
+# changed). The configs of the book ship inside the package: `python -m transformer
+# train --example book > book.toml` writes one to start from.
 
 # %%
 #| export
