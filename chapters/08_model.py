@@ -115,7 +115,10 @@ print("decoder output:", tuple(states.shape), " <- one vector per position, not 
 # a saved model can describe itself (section 3's last part saves and loads one). The base
 # class keeps that dictionary, and after `load_state_dict` it restores what a state_dict
 # cannot hold: weights tied to each other (`tie_weights`) and computed tables such as the
-# positional encoding (`reset_buffers`, chapter 02).
+# positional encoding (`reset_buffers`, chapter 02). It also gives every model a
+# `generate` method, for writing text once it is trained; decoding is chapter 10's
+# subject, so the method only calls the function that chapter 10 plugs in (a chapter
+# never imports a later one).
 
 # %%
 #| export
