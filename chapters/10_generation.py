@@ -1921,6 +1921,9 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
               else (lambda logits: logits.argmax(dim=-1)))
     if encoder_decoder:
         translator = cast(Transformer, model)
+        if pad_id != translator.pad_id:
+            raise ValueError(f"pad_id={pad_id} differs from the model's pad_id={translator.pad_id}, on which "
+                             "its embeddings and masks are built: leave pad_id out for this model")
         src_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, S]
         if num_beams > 1:
             tokens, _ = beam_search(translator, input_ids, bos_id, eos_id, num_beams, alpha, max_new_tokens,  # type: ignore[arg-type]

@@ -404,6 +404,7 @@ CASES = [
     ("generate: bos_id equal to pad_id", lambda: _TR.generate(_SRC, bos_id=0), "bos_id"),
     ("generate: eos_id equal to bos_id", lambda: _TR.generate(_SRC, eos_id=1), "eos_id"),
     ("generate: eos_id equal to pad_id", lambda: _TR.generate(_SRC, eos_id=0), "eos_id"),
+    ("generate: a translator with another pad_id", lambda: _TR.generate(_SRC, pad_id=5), "pad_id"),
     ("generate: input_ids float", lambda: _TR.generate(_SRC.float()), "input_ids"),
     ("generate: input_ids a list", lambda: _TR.generate([[3, 4]]), "input_ids"),
     ("generate: input_ids 1-D", lambda: _TR.generate(_SRC[0]), "input_ids"),
