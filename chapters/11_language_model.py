@@ -1247,6 +1247,13 @@ for p, row, one in zip(prompts, batched, alone, strict=True):  # the batch chang
     assert bool((row[width - len(p) + one.size(1):] == PAD_ID).all())
 
 # %% [markdown]
+# Greedy decoding and beam search both pick the most likely continuation, and on a small
+# model that is often a repetition (the same character again and again): the most likely
+# next character after a repeated one is, for such a model, the same one. That is why
+# section 8 samples with a temperature and top-p to write verse; the searches are for
+# tasks with one right answer, such as the translator's.
+
+# %% [markdown]
 # ## 9 · Saving and loading
 #
 # `LanguageModel` is a chapter-08 `PretrainedModel`: it knows its configuration, so
