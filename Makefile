@@ -13,10 +13,13 @@ STAMP := $(VENV)/.installed-stamp
 # Same thread count everywhere, so that stored outputs reproduce.
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
-# Chapters run at the same time by make book, nbval and exercises (2 cores here).
-export BOOK_JOBS ?= 2
+# Chapters (and test files) run at once: one per core (`nproc`), or JOBS=n.
+# BOOK_JOBS, its older name, is still read.
+JOBS ?= $(or $(BOOK_JOBS),$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2))
+export JOBS
+export BOOK_JOBS := $(JOBS)
 
-.PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
+.PHONY: help install export sync stamp check-sync lint quick unit pytest nbval exercises nbgrader test \
         execute checkpoint book site pdf lab student grade check course clean clean-student
 
 help:
@@ -25,6 +28,7 @@ help:
 	@echo "make site EDITION=student   the site without solutions, in _build/student/html/"
 	@echo "make pdf         the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions)"
 	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
+	@echo "make quick       under a minute: sync check, lint, the package's unit tests"
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
@@ -79,15 +83,22 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy _build/lint/readme_code.py
 	$(VENV)/bin/pyright --pythonpath $(PY) _build/lint/readme_code.py
 
-# Two test files at a time (pytest-xdist, whole files per worker so that a module's
-# fixtures are built once), each worker on one thread: together they fill the two cores.
+# JOBS test files at a time (pytest-xdist, whole files per worker so that a module's
+# fixtures are built once), each worker on one thread. -rs: every skip, with its reason.
 pytest: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not nbgrader" -n $(BOOK_JOBS) --dist loadfile
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not nbgrader" -n $(JOBS) --dist loadfile -rs --durations=15
 
-# Two chapters at a time (BOOK_JOBS, as make book and make exercises): pytest-xdist gives
+# The package's unit tests: what runs in seconds (tests/conftest.py marks the rest slow).
+unit: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow and not nbgrader" -n $(JOBS) --dist loadfile -q -rs
+
+# The edit-test loop: under a minute.
+quick: check-sync lint unit
+
+# JOBS chapters at a time (as make book and make exercises): pytest-xdist gives
 # each worker whole notebooks (--dist loadfile), each in a kernel of its own.
 nbval: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider -n $(BOOK_JOBS) --dist loadfile --nbval chapters --nbval-current-env \
+	$(PY) -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval chapters --nbval-current-env \
 		--nbval-sanitize-with tools/sanitize.cfg --nbval-cell-timeout=900 -o addopts=""
 
 exercises: $(STAMP)
@@ -95,7 +106,7 @@ exercises: $(STAMP)
 
 # nbgrader, as a teacher runs it, over every chapter (tests/test_nbgrader.py says what it grades).
 nbgrader: $(STAMP)
-	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider
+	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider -rs
 
 test: check-sync lint pytest nbval exercises nbgrader
 
