@@ -32,7 +32,7 @@ help:
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
-	@echo "make lm-checkpoint   retrain chapter 11's language model (configs/lm.toml, ~11 min quiet) and ship it"
+	@echo "make lm-checkpoint   retrain chapter 11's language model (transformer/configs/lm.toml, ~11 min quiet) and ship it"
 	@echo "make export      regenerate transformer/ from the notebooks"
 	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
@@ -76,8 +76,13 @@ check-sync: $(STAMP)
 	$(PY) tools/pairs.py --check
 	$(PY) tools/exercises.py stamp --check
 
+# ruff; mypy on the package; mypy and pyright (standard mode) on the README's programmer section.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy transformer
+	$(PY) tools/readme_code.py _build/lint/readme_code.py
+	$(VENV)/bin/mypy _build/lint/readme_code.py
+	$(VENV)/bin/pyright --pythonpath $(PY) _build/lint/readme_code.py
 
 # JOBS test files at a time (pytest-xdist, whole files per worker so that a module's
 # fixtures are built once), each worker on one thread. -rs: every skip, with its reason.
@@ -115,11 +120,11 @@ checkpoint: $(STAMP)
 	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
 
 # Retrain the language model that chapter 11 loads: chapter 12's train command on
-# configs/lm.toml (about 11 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the
+# transformer/configs/lm.toml (about 11 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the
 # same train command by hand to resume an interrupted run), then copied into the package.
 lm-checkpoint: $(STAMP)
 	rm -rf runs/lm-checkpoint
-	$(PY) -m transformer train configs/lm.toml --out runs/lm-checkpoint --no-progress
+	$(PY) -m transformer train transformer/configs/lm.toml --out runs/lm-checkpoint --no-progress
 	rm -rf transformer/checkpoints/tang_poems
 	cp -r runs/lm-checkpoint/model transformer/checkpoints/tang_poems
 

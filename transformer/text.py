@@ -294,10 +294,14 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
         A LongTensor [N] of ids, N = sum of (len(text) + 2).
 
     Raises:
+        TypeError: texts is one str (it would be read as one text per character).
         ValueError: there is no text, or one text is empty.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of texts, got one str (read character by character, each "
+                        "character would become a document): pass [text]")
     ids = [i for text in texts for i in vocab.encode(text)]
     if not ids:
         raise ValueError("texts must hold at least one text, got none")
@@ -384,7 +388,7 @@ def sequential_windows(stream: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     windows = ids[torch.arange(count)[:, None] * seq_len + torch.arange(seq_len + 1)]  # [W, T + 1]
     return windows[:, :-1], next_token_labels(windows[:, 1:])
 
-# %% chapters/11_language_model.ipynb, cell 25
+# %% chapters/11_language_model.ipynb, cell 24
 VERSE_LINE = re.compile(r"([\u4e00-\u9fff]+)，([\u4e00-\u9fff]+)[。？！]")
 
 
@@ -427,7 +431,7 @@ def verse_form_share(lines: Iterable[str]) -> float:
         raise ValueError("lines must hold at least one line, got none")
     return sum(form is not None for form in forms) / len(forms)
 
-# %% chapters/11_language_model.ipynb, cell 57
+# %% chapters/11_language_model.ipynb, cell 56
 def longest_shared_run(text: str, corpus: str) -> str:
     """The longest run of characters of text that also occurs somewhere in corpus.
 
