@@ -1168,7 +1168,7 @@ assert live_ppl < 0.2 * untrained_ppl, "a minute of training takes the model far
 assert run["seconds"][0] < 300, f"training took {run['seconds'][0]:.0f} s; the chapter promises about a minute"
 
 # %% [markdown]
-# Fifty updates (37 seconds in the run above) take the model from 55,526 to a perplexity of 528 on the
+# Fifty updates (87 seconds in the run above, on a machine busy with other jobs) take the model from 55,526 to a perplexity of 528 on the
 # validation sample: past the unigram, but more than twice the bigram's 228 on the same
 # sample. A minute is the start of training, not its end.
 
@@ -1520,7 +1520,9 @@ for p, row, one in zip(prompts, batched, alone, strict=True):  # the batch chang
     assert bool((row[width - len(p) + one.size(1):] == PAD_ID).all())
 
 # %% [markdown]
-# Greedy decoding and beam search both pick the most likely continuation: {{greedy}}
+# Greedy decoding and beam search both pick the most likely continuation, and on this
+# model that often means a repeated character (何处处, 一朝朝朝): after a repeated
+# character, the most likely next one is, for such a model, often the same again.
 # That is why this section samples with a temperature to write verse; the searches are
 # for tasks with one right answer, such as the translator's.
 
