@@ -511,16 +511,24 @@ def test_chapter_page_in_the_browser(browser, site, index):
 
 def test_no_page_is_wider_than_a_phone(browser, site):
     """At 390 px, no page of the site scrolls sideways: wide code, outputs, formulas and
-    tables scroll inside their own boxes, long inline code and signatures wrap."""
-    too_wide = {}
+    tables scroll inside their own boxes (no display formula is cut), long inline code and
+    signatures wrap."""
+    too_wide, cut = {}, {}
     for page_path in pages(site):
+        name = page_path.relative_to(site).as_posix()
         with Page(browser, page_path.as_uri(), width=PHONE) as page:
             if page.page.evaluate("document.querySelector('.math') !== null"):
                 page.typeset()
-            width = page.page.evaluate("document.documentElement.scrollWidth")
+            width, clipped = page.page.evaluate("""[document.documentElement.scrollWidth,
+                [...document.querySelectorAll('article div.math mjx-container')].filter(m =>
+                  m.scrollWidth > m.clientWidth + 1 && ![m, m.parentElement].some(e =>
+                    ['auto', 'scroll'].includes(getComputedStyle(e).overflowX))).length]""")
         if width > PHONE:
-            too_wide[page_path.relative_to(site).as_posix()] = width
+            too_wide[name] = width
+        if clipped:
+            cut[name] = clipped
     assert not too_wide, f"pages wider than {PHONE} px: {too_wide}"
+    assert not cut, f"display formulas cut off (no scrolling) at {PHONE} px: {cut}"
 
 
 VISIBLE = """selector => { const e = document.querySelector(selector); if (!e) return false;
