@@ -15,7 +15,7 @@ ids made unique and links between printed pages turned into links within the PDF
 system's Chromium (the one the site's browser test drives, through playwright; nothing
 is downloaded) typesets it; a display formula or a table wider than the paper's text
 column is set smaller until it fits (MathJax 3 cannot break lines, and paper cannot
-scroll), and the build stops if anything is still too wide. Chromium prints the
+scroll), and the build stops if anything would still be cut at the paper's edge. Chromium prints the
 document once with its outline, from which
 pypdf reads the page on which each part starts; the numbers are written into the table
 of contents, which is printed again (its pages only, so the rest keeps its page numbers)
@@ -198,18 +198,25 @@ OPEN_DETAILS = """() => { document.querySelectorAll('details').forEach(d => {
   }); }"""
 # Paper cannot scroll: a display formula or a table wider than the text column is set in a
 # smaller size until it fits (MathJax 3 does not break lines). Measured at the width of the
-# paper's text column, in print media. Returns what is still too wide (none expected).
+# paper's text column, in print media; returns how many were made smaller.
 FIT_WIDE = """() => {
   const wide = e => e.scrollWidth > e.parentElement.clientWidth + 1;
   const boxes = [...document.querySelectorAll('.book-part div.math mjx-container, .book-part table')];
+  const fitted = boxes.filter(wide).length;
   for (let round = 0; round < 4; round++)
     for (const e of boxes.filter(wide)) {
       const scale = e.parentElement.clientWidth / e.scrollWidth;
-      const size = parseFloat(getComputedStyle(e).fontSize) * scale * 0.98;
-      e.style.fontSize = `${size}px`;
+      e.style.fontSize = `${parseFloat(getComputedStyle(e).fontSize) * scale * 0.98}px`;
     }
-  return boxes.filter(wide).map(e => (e.closest('.book-part')?.id ?? '') + ': ' + e.textContent.slice(0, 40));
+  return fitted;
 }"""
+# What would be cut at the paper's edge: any box of the book wider than the column it sits
+# in, or reaching past the column's right edge (checked after FIT_WIDE; none expected).
+TOO_WIDE = """column => [...document.querySelectorAll(
+    '.book-part :is(div.math mjx-container, table, pre, img, figure, div.cell_output)')]
+  .filter(e => e.scrollWidth > e.parentElement.clientWidth + 1
+          || e.getBoundingClientRect().right > column + 1)
+  .map(e => `${e.closest('.book-part').id}: ${e.tagName.toLowerCase()} "${e.textContent.trim().slice(0, 40)}"`)"""
 MM = 96 / 25.4  # CSS pixels per millimetre
 PAPER_WIDTH_MM = {"A4": 210, "Letter": 215.9}
 SIDE_MARGINS_MM = 14 + 14  # as in PRINT_CSS's @page
@@ -299,11 +306,12 @@ def print_twice(context, document: Path, parts: list[Part], paper: str):
     page.emulate_media(media="print", color_scheme="light")
     column = round((PAPER_WIDTH_MM[paper] - SIDE_MARGINS_MM) * MM)
     page.set_viewport_size({"width": column, "height": 1000})
-    still_wide = page.evaluate(FIT_WIDE)
+    page.evaluate(FIT_WIDE)
+    too_wide = page.evaluate(TOO_WIDE, column)
     width = page.evaluate("document.documentElement.scrollWidth")
-    if still_wide or width > column:
-        raise SystemExit(f"make pdf: the book is {width} px wide for a column of {column} px; "
-                         f"too wide still: {still_wide}")
+    if too_wide or width > column:
+        raise SystemExit(f"make pdf: {width} px wide for a column of {column} px; these would "
+                         f"be cut at the paper's edge: {too_wide[:10]}")
     options = dict(format=paper, print_background=True, display_header_footer=True,
                    header_template="<span></span>", footer_template=FOOTER,
                    prefer_css_page_size=True, outline=True, tagged=True)
