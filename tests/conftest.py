@@ -23,6 +23,7 @@ SLOW = {  # file: seconds in make pytest (measured, see above)
     "test_lm.py": 30,
     "test_refinements.py": 30,
     "test_toolchain.py": 30,   # torch.compile and torch.export
+    "test_clean_install.py": 40,  # the wheel into an empty venv (pip unpacks torch)
     "test_pretrained.py": 20,
     "test_benchmarks.py": 20,
     "test_text.py": 10,
