@@ -24,11 +24,13 @@ STAGE := bash tools/stage.sh
 SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: help install export sync stamp check-sync lint quick unit pytest chapters nbval exercises \
-        nbgrader test execute checkpoint book site lab student grade check course clean clean-student
+        nbgrader test execute checkpoint book site pdf lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
 	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
+	@echo "make site EDITION=student   the site without solutions, in _build/student/html/"
+	@echo "make pdf         the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions)"
 	@echo "make test        everything CI checks: sync, lint, pytest, every chapter run once (nbval,"
 	@echo "                 exercise proof, nbgrader); each stage's time is printed. JOBS=n at once"
 	@echo "make test NB=chapters/04_causal_mask.ipynb   one chapter end to end, in about its run time"
@@ -147,8 +149,14 @@ checkpoint: $(STAMP)
 book: $(STAMP)
 	$(PY) tools/book.py
 
+# EDITION=student: the site without solutions or hidden tests, into _build/student/html/.
 site: $(STAMP)
-	$(PY) tools/website.py
+	$(PY) tools/website.py $(if $(EDITION),--edition $(EDITION))
+
+# The whole book as one PDF, printed by the system's Chromium from the site (tools/pdf.py):
+# _build/book.pdf, or _build/book-student.pdf with EDITION=student.
+pdf: $(STAMP)
+	$(PY) tools/pdf.py $(if $(EDITION),--edition $(EDITION))
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)
