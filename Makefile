@@ -62,8 +62,8 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	@sh tools/find_python.sh --check $(PYTHON)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@sh tools/find_python.sh --check $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -r requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile --no-deps -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 export: $(STAMP)
