@@ -83,8 +83,13 @@ check-sync: $(STAMP)
 	$(PY) tools/pairs.py --check
 	$(PY) tools/exercises.py stamp --check
 
+# ruff; mypy on the package; mypy and pyright (standard mode) on the README's programmer section.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy transformer
+	$(PY) tools/readme_code.py _build/lint/readme_code.py
+	$(VENV)/bin/mypy _build/lint/readme_code.py
+	$(VENV)/bin/pyright --pythonpath $(PY) _build/lint/readme_code.py
 
 # JOBS test files at a time (pytest-xdist, whole files per worker so that a module's
 # fixtures are built once), each worker on one thread. -rs: every skip, with its reason.

@@ -135,6 +135,8 @@ assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
 
 # %%
 #| export
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -174,7 +176,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        self.activation = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}[activation]
+        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
+        self.activation = functions[activation]
         self.gate = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # W_g, b_g
 
     def forward(self, x: Tensor) -> Tensor:

@@ -151,7 +151,7 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
         if len(fields) != 3 or not text:
             raise ValueError(f"{path}, line {line_no}: expected '% SOURCE<TAB>AUTHOR<TAB>TITLE' "
                              f"followed by text, got {header[:60]!r}")
-        documents.append(Document(*fields, text))
+        documents.append(Document(fields[0], fields[1], fields[2], text))
         line_no += block.count("\n")
     return documents
 
@@ -415,8 +415,12 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
         A LongTensor [N] of ids, N = sum of (len(text) + 2).
 
     Raises:
+        TypeError: texts is one str (it would be read as one text per character).
         ValueError: there is no text, or one text is empty.
     """
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of texts, got one str (read character by character, each "
+                        "character would become a document): pass [text]")
     ids = [i for text in texts for i in vocab.encode(text)]
     if not ids:
         raise ValueError("texts must hold at least one text, got none")
@@ -548,8 +552,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F811 (lm.py's own import)
-from transformer.generation import eval_mode
+from transformer.embedding import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
 from transformer.text import next_token_labels, sequential_windows
 from transformer.training import IGNORE_INDEX, evaluate_loss
 
@@ -574,10 +577,14 @@ class BigramLanguageModel(nn.Module):
             or weight is not a number in [0, 1).
     """
 
+    unigram: Tensor  # [V], buffers (for type checkers: register_buffer is dynamic)
+    log_probs: Tensor  # [V, V]
+
     def __init__(self, stream: Tensor, vocab_size: int, weight: float = 0.5):
         super().__init__()
         self.vocab_size = _check_int("vocab_size", vocab_size)
         self.weight = _check_float("weight", weight, 0.0, 1.0)
+        self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID  # its stream's vocabulary's, for generate
         if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.dtype != torch.long or len(stream) < 2:
             raise ValueError("stream must be a 1-D LongTensor of at least 2 ids")
         if int(stream.min()) < 0 or int(stream.max()) >= vocab_size:
@@ -612,11 +619,18 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int
 
     Returns:
         (the mean cross-entropy over the counted labels, a scalar tensor; their number).
+
+    Raises:
+        ValueError: every label is IGNORE_INDEX (the mean of nothing would be NaN).
     """
     inputs, labels = batch
+    counted = int((labels != IGNORE_INDEX).sum())
+    if counted == 0:
+        raise ValueError(f"every label is ignore_index={IGNORE_INDEX}: there is no position to average "
+                         "the loss over")
     logits = model(inputs)  # [B, T, V]
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
-    return loss, int((labels != IGNORE_INDEX).sum())
+    return loss, counted
 
 
 def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int = 64) -> float:
@@ -692,105 +706,21 @@ plt.show()
 #
 # A language model scores the next token; to *write*, we append a token and ask again,
 # as chapter 10's decoders did for the translator. Nothing in that loop depends on the
-# encoder, so `generate` below is chapter 10's loop for a model without one: it starts
-# from a **prompt** (`<bos>` and, if we like, the beginning of a text), chooses each
-# next token greedily or by sampling with chapter 10's temperature, top-k and top-p
-# (`filter_logits`), never writes `<pad>` or `<bos>`, and stops a row at its `<eos>`.
-# With the cache (`use_cache=True`, the default for a model that has one) it feeds only
-# the new token at each step and keeps the earlier keys and values in chapter 10's
-# cache (section 8); the bigram model has no such cache, and reads the whole prefix
-# each time (it only looks at the last token).
+# encoder, and chapter 10's `generate` already runs it for a model without one: it
+# starts from a **prompt** (`<bos>` and, if we like, the beginning of a text), chooses
+# each next token greedily (the default) or, with `do_sample=True`, by sampling with
+# temperature, top-k and top-p, never writes `<pad>` or `<bos>`, and stops a row at its
+# `<eos>`. It takes the special ids from the model (the bigram model keeps those of the
+# vocabulary it was counted from). With the cache (the default for a model that has
+# one) it feeds only the new token at each step and keeps the earlier keys and values
+# in chapter 10's cache (section 8); the bigram model has no such cache, and reads the
+# whole prefix each time (it only looks at the last token).
 
 # %%
-#| export
-from transformer.generation import KVCache, filter_logits
+from transformer.generation import generate
 
-
-def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
-             eos_id: int | None = EOS_ID, generator: torch.Generator | None = None,
-             use_cache: bool | None = None) -> Tensor:
-    """Continue each prompt token by token, with chapter 10's samplers.
-
-    Each step scores the next token at the last position, never writes `<pad>` or
-    `<bos>`, and takes the most likely token (greedy) or samples from
-    softmax(logits / temperature), restricted by chapter 10's filter_logits to the top-k
-    tokens and/or the top-p nucleus. The model's modes are restored afterwards.
-
-    Args:
-        model: maps ids [B, T] to logits [B, T, V]; with use_cache it must also take
-            (ids, caches, start) and have `decoder.layers`, as LanguageModel does.
-        prompt: ids [B, P], P > 0, usually starting with `<bos>`; the prompts of one
-            batch have one length (no padding).
-        max_new_tokens: the most tokens to add, > 0; with a model that has a max_len,
-            P + max_new_tokens <= max_len.
-        temperature: divides the logits, > 0 (default 1.0).
-        top_k: sample among the k most likely tokens only (default None: all).
-        top_p: sample within the top-p nucleus only, p in (0, 1] (default None: all).
-        greedy: take the most likely token instead of sampling (default False).
-        eos_id: the id that ends a row, then padded with `<pad>` (default `<eos>`); None
-            never stops early.
-        generator: a seeded torch.Generator for a reproducible draw (default None).
-        use_cache: feed one new token per step and keep the keys and values of the
-            earlier ones in chapter 10's per-layer KVCache; False recomputes the whole
-            prefix at every step (default None: the cache if the model has
-            `decoder.layers`, as LanguageModel does, else no cache, as for the bigram).
-
-    Returns:
-        Ids [B, P + n], n <= max_new_tokens: the prompt, then the new tokens. The loop
-        stops when every row has ended.
-
-    Raises:
-        TypeError: prompt is not an integer tensor.
-        ValueError: an argument is out of range (the message names it).
-    """
-    _check_token_ids("prompt", prompt)
-    if prompt.dim() != 2 or prompt.numel() == 0:
-        raise ValueError(f"prompt must be ids of shape [batch, P] with batch, P > 0, got {tuple(prompt.shape)}")
-    _check_int("max_new_tokens", max_new_tokens)
-    _check_float("temperature", temperature, 0.0, low_closed=False)
-    _check_bool("greedy", greedy)
-    has_cache = hasattr(getattr(model, "decoder", None), "layers")
-    use_cache = has_cache if use_cache is None else _check_bool("use_cache", use_cache)
-    if use_cache and not has_cache:
-        raise ValueError(f"use_cache=True needs a model with decoder.layers that takes (ids, caches, "
-                         f"start), as LanguageModel does; {type(model).__name__} has none: pass "
-                         "use_cache=None or False")
-    limit = getattr(model, "max_len", None)
-    if limit is not None and prompt.size(1) + max_new_tokens > limit:
-        raise ValueError(f"the prompt's {prompt.size(1)} ids plus max_new_tokens={max_new_tokens} "
-                         f"exceed the model's max_len={limit}")
-
-    def choose(logits: Tensor) -> Tensor:  # [B, V] -> [B]
-        logits = logits.float()
-        logits[:, [PAD_ID, BOS_ID]] = float("-inf")  # decoders never write <pad> or <bos>
-        if greedy:
-            return logits.argmax(dim=-1)
-        probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-    with eval_mode(model):
-        capacity = prompt.size(1) + max_new_tokens  # chapter 10's cache, allocated once
-        caches = [{"self": KVCache(capacity)} for _ in model.decoder.layers] if use_cache else None
-        tokens = prompt
-        done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
-        logits = (model(prompt, caches) if use_cache else model(prompt))[:, -1]  # [B, V]
-        for step in range(max_new_tokens):
-            next_id = choose(logits).masked_fill(done, PAD_ID)  # [B]: a finished row gets padding
-            tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # [B, t + 1]
-            if eos_id is not None:
-                done |= next_id == eos_id
-                if bool(done.all()):
-                    break
-            if step + 1 < max_new_tokens:  # the logits for the next token (none after the last)
-                new = next_id[:, None]  # [B, 1]
-                logits = (model(new, caches, start=tokens.size(1) - 1) if use_cache else model(tokens))[:, -1]
-    return tokens
-
-
-# %%
 draw = torch.Generator().manual_seed(0)
-samples = generate(bigram, torch.full((4, 1), BOS_ID), 60, generator=draw)  # [4, <= 61]
+samples = generate(bigram, torch.full((4, 1), BOS_ID), 60, do_sample=True, generator=draw)  # [4, <= 61]
 print(f"bigram samples, ids {list(samples.shape)}:")
 for row in samples:
     print("  ", vocab.decode(row).replace("\n", " / "))
@@ -864,6 +794,7 @@ for source in ("tang300", "song100", "chinese"):
 
 # %%
 #| export
+from transformer.generation import generate
 from transformer.text import CharVocab
 
 
@@ -881,8 +812,8 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
         vocab: the character vocabulary.
         max_new_tokens: the most tokens to write after each prompt (default 52: three
             7-character couplets and their line breaks).
-        **sampling: passed to generate (temperature, top_k, top_p, greedy, generator,
-            use_cache).
+        **sampling: passed to chapter 10's generate (do_sample, temperature, top_k, top_p,
+            generator, use_cache, ...).
 
     Returns:
         For each poem, in order, the list of its generated complete lines.
@@ -893,7 +824,7 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
         rows = [i for i, p in enumerate(prompts) if len(p) == length]
         out = generate(model, torch.tensor([prompts[i] for i in rows]), max_new_tokens, **sampling)
         for i, ids in zip(rows, out[:, length:].tolist(), strict=True):
-            ended = EOS_ID in ids
+            ended = model.eos_id in ids
             text = vocab.decode(ids)  # stops at <eos>
             lines = text.split("\n")
             written[i] = [line for line in (lines if ended else lines[:-1]) if line]
@@ -916,7 +847,7 @@ def form_report(name: str, written: list[list[str]]) -> dict:
 
 
 forms = {"the poets (true lines)": form_report("the poets (true lines)", [poem[1:4] for poem in test_poems])}
-forms["bigram"] = form_report("bigram", continue_poems(bigram, first_lines, vocab,
+forms["bigram"] = form_report("bigram", continue_poems(bigram, first_lines, vocab, do_sample=True,
                                                        generator=torch.Generator().manual_seed(0)))
 
 # %% [markdown]
@@ -974,7 +905,7 @@ print("language model's:", [name for name, _ in block_lm.named_children()])
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
 from transformer.masks import causal_mask
-from transformer.model import PretrainedModel
+from transformer.model import PretrainedModel, _check_special_ids
 from transformer.positional import PositionalEncoding, RotaryEmbedding
 
 POSITIONS = ("sinusoidal", "rotary")
@@ -1003,6 +934,8 @@ class LanguageModel(PretrainedModel):
         positions: "sinusoidal" (chapter 02's encoding added to the embeddings, default)
             or "rotary" (a RotaryEmbedding that turns queries and keys inside attention).
         norm: "layer" (default) or "rms" (chapter 07's RMSNorm).
+        bos_id: the id of `<bos>`, which generate never writes (default 1, chapter 09's).
+        eos_id: the id that ends a row in generate (default 2, chapter 09's `<eos>`).
         num_kv_heads: key/value heads, dividing num_heads (default None: num_heads;
             chapter 05's grouped-query attention).
 
@@ -1013,17 +946,20 @@ class LanguageModel(PretrainedModel):
     def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, num_layers: int = 2,
                  d_ff: int | None = None, dropout: float = 0.1, max_len: int = 256, pad_id: int = PAD_ID,
                  activation: str = "gelu", norm_first: bool = True, tie_output: bool = True,
-                 positions: str = "sinusoidal", norm: str = "layer", num_kv_heads: int | None = None):
+                 positions: str = "sinusoidal", norm: str = "layer", num_kv_heads: int | None = None,
+                 bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         d_ff = 4 * d_model if d_ff is None else d_ff
         super().__init__(dict(
             vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers,
             d_ff=d_ff, dropout=dropout, max_len=max_len, pad_id=pad_id, activation=activation,
             norm_first=norm_first, tie_output=tie_output, positions=positions, norm=norm,
-            num_kv_heads=num_kv_heads))
+            num_kv_heads=num_kv_heads, bos_id=bos_id, eos_id=eos_id))
         self.vocab_size, self.max_len = _check_int("vocab_size", vocab_size), _check_int("max_len", max_len)
         self.pad_id = _check_int("pad_id", pad_id, 0)
         if pad_id >= vocab_size:
             raise ValueError(f"pad_id must be an id in [0, {vocab_size - 1}], got {pad_id}")
+        _check_special_ids(pad_id, bos_id, eos_id)
+        self.bos_id, self.eos_id = bos_id, eos_id  # what generate starts with and stops at
         _check_bool("tie_output", tie_output)
         if not isinstance(positions, str) or positions not in POSITIONS:
             raise ValueError(f"positions must be one of {list(POSITIONS)}, got {positions!r}")
@@ -1070,9 +1006,12 @@ class LanguageModel(PretrainedModel):
         t = ids.size(1)
         # Query i (at position start + i) may see keys 0 .. start + i: cached and new.
         mask = causal_mask(t, ids.device) if start == 0 else (
-            torch.ones(t, start + t, dtype=torch.bool, device=ids.device).tril(start))
+            torch.ones(1, 1, t, start + t, dtype=torch.bool, device=ids.device).tril(start))
         x = self.embed(ids)  # [B, T, d_model]
-        x = self.embed_dropout(x) if self.positional is None else self.positional(x, start)  # rotary: in attention
+        if self.positional is not None:
+            x = self.positional(x, start)  # [B, T, d_model]
+        elif self.embed_dropout is not None:  # rotary: positions are turned inside attention
+            x = self.embed_dropout(x)
         x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 
@@ -1212,8 +1151,8 @@ plt.show()
 # %% [markdown]
 # ## 8 · Generation: chapter 10's samplers and KV cache
 #
-# `generate` of section 5 drives the trained model as it drove the bigram, now with
-# `use_cache=True`: the prompt goes through the model once, and each later step feeds
+# `generate` of section 5 (here as the model's own method, `model.generate`) drives the
+# trained model as it drove the bigram, now with `use_cache=True`: the prompt goes through the model once, and each later step feeds
 # one new token, whose keys and values join chapter 10's preallocated `KVCache` in
 # every layer (the block without cross-attention caches only its self-attention).
 # First, what the model writes from `<bos>` alone, at two temperatures with top-p 0.9:
@@ -1221,8 +1160,8 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 for temperature in (0.6, 1.0):
-    out = generate(model, torch.full((3, 1), BOS_ID), 64, temperature=temperature, top_p=0.9,
-                   use_cache=True, generator=torch.Generator().manual_seed(0))
+    out = model.generate(torch.full((3, 1), BOS_ID), 64, do_sample=True, temperature=temperature, top_p=0.9,
+                         use_cache=True, generator=torch.Generator().manual_seed(0))
     print(f"temperature {temperature}, top-p 0.9:")
     for row in out:
         print("  ", vocab.decode(row).replace("\n", " / "))
@@ -1236,10 +1175,11 @@ for temperature in (0.6, 1.0):
 # %%
 # NBVAL_IGNORE_OUTPUT
 forms["Transformer, T = 0.6"] = form_report("Transformer, T = 0.6", continue_poems(
-    model, first_lines, vocab, temperature=0.6, top_p=0.9, use_cache=True,
+    model, first_lines, vocab, do_sample=True, temperature=0.6, top_p=0.9, use_cache=True,
     generator=torch.Generator().manual_seed(0)))
 forms["Transformer, T = 1.0"] = form_report("Transformer, T = 1.0", continue_poems(
-    model, first_lines, vocab, temperature=1.0, use_cache=True, generator=torch.Generator().manual_seed(0)))
+    model, first_lines, vocab, do_sample=True, temperature=1.0, use_cache=True,
+    generator=torch.Generator().manual_seed(0)))
 
 # %%
 assert forms["the poets (true lines)"]["verse"] > 0.9
@@ -1271,13 +1211,47 @@ prompt = torch.full((8, 1), BOS_ID)
 timings = {}
 for use_cache in (False, True):
     start = time.process_time()
-    out = generate(model, prompt, 200, greedy=True, eos_id=None, use_cache=use_cache)
+    out = model.generate(prompt, 200, ignore_eos=True, use_cache=use_cache)
     timings[use_cache] = time.process_time() - start
 print(f"200 tokens for 8 prompts: {timings[False]:.2f} s of CPU without the cache, "
       f"{timings[True]:.2f} s with it ({timings[False] / timings[True]:.1f}x faster)")
 
 # %%
 assert timings[True] < timings[False]
+
+# %% [markdown]
+# ### Prompts of several lengths in one batch, and beam search
+#
+# As with Hugging Face models, prompts of different lengths go in one batch padded on
+# the left, with an `attention_mask` that marks the tokens (1) and the padding (0).
+# Chapter 10's `generate` feeds each row from position 0 without its padding, and each
+# row writes exactly what its prompt writes alone. Beam search (`num_beams`) works for
+# the language model as for the translator:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+texts = ["床前明月光，", "春眠不觉晓，处处闻啼鸟。\n", "白日"]
+prompts = [vocab.encode(text, add_special=True)[:-1] for text in texts]  # <bos> + characters
+width = max(len(p) for p in prompts)
+input_ids = torch.tensor([[PAD_ID] * (width - len(p)) + p for p in prompts])  # [3, width], left-padded
+attention_mask = (input_ids != PAD_ID).long()  # 1 = token, 0 = padding
+batched = model.generate(input_ids, 16, attention_mask=attention_mask)  # [3, width + n]: greedy
+alone = [model.generate(torch.tensor([p]), 16) for p in prompts]
+beams = model.generate(input_ids, 16, attention_mask=attention_mask, num_beams=4)
+for text, row, beam_row in zip(texts, batched, beams, strict=True):
+    print(f"{text!r:>30} greedy: {vocab.decode(row[width:])!r}, beam 4: {vocab.decode(beam_row[width:])!r}")
+
+# %%
+for p, row, one in zip(prompts, batched, alone, strict=True):  # the batch changes no row
+    assert torch.equal(row[width - len(p):][: one.size(1)], one[0]), (row, one)
+    assert bool((row[width - len(p) + one.size(1):] == PAD_ID).all())
+
+# %% [markdown]
+# Greedy decoding and beam search both pick the most likely continuation, and on a small
+# model that is often a repetition (the same character again and again): the most likely
+# next character after a repeated one is, for such a model, the same one. That is why
+# section 8 samples with a temperature and top-p to write verse; the searches are for
+# tasks with one right answer, such as the translator's.
 
 # %% [markdown]
 # ## 9 · Saving and loading
@@ -1290,6 +1264,8 @@ assert timings[True] < timings[False]
 # %%
 import tempfile
 from pathlib import Path
+
+from transformer.generation import KVCache, eval_mode
 
 saved = model.save_pretrained(Path(tempfile.mkdtemp()) / "poems-lm", metadata={"vocab": vocab.to_dict()})
 print(sorted(p.name for p in saved.iterdir()))
@@ -1365,9 +1341,10 @@ with eval_mode(model):
 assert torch.equal(before[:, :12], after[:, :12]) and not torch.equal(before[:, 12:], after[:, 12:])
 # The KV cache changes the work, not the result: the same tokens with and without it.
 prompt = torch.tensor([vocab.encode("床前明月光，", add_special=True)[:-1]] * 3)  # [3, 7]
-for kwargs in (dict(greedy=True), dict(top_k=20, temperature=0.8)):
-    with_cache = generate(model, prompt, 30, use_cache=True, generator=torch.Generator().manual_seed(1), **kwargs)
-    without = generate(model, prompt, 30, use_cache=False, generator=torch.Generator().manual_seed(1), **kwargs)
+for kwargs in (dict(), dict(do_sample=True, top_k=20, temperature=0.8)):
+    draws = [torch.Generator().manual_seed(1) if kwargs else None for _ in range(2)]
+    with_cache = generate(model, prompt, 30, use_cache=True, generator=draws[0], **kwargs)
+    without = generate(model, prompt, 30, use_cache=False, generator=draws[1], **kwargs)
     assert torch.equal(with_cache, without), kwargs
 # Generation never writes <pad> or <bos> after the prompt, except <pad> after <eos>.
 for row in samples:
@@ -1543,6 +1520,7 @@ print(f"ex3 passed: {_count} of the {len(_tang)} Tang poems are regulated poems 
 #   of their lines; the bigram in none, and the Transformer, after a minute of
 #   training on a corpus that is three quarters prose and *ci*, in hardly any: a lower
 #   perplexity is not yet the shape of a poem.
-# - `generate` drives any next-token model with chapter 10's samplers; with the KV
-#   cache each step costs one token of work. `save_pretrained` / `from_pretrained`
+# - chapter 10's `generate` (`model.generate`) drives any next-token model, greedily,
+#   by sampling or with beam search, and takes prompts of several lengths in one
+#   left-padded batch; with the KV cache each step costs one token of work. `save_pretrained` / `from_pretrained`
 #   store the model as JSON and safetensors.

@@ -27,8 +27,9 @@
 #   or GPUs (nccl), on one machine or several;
 # - with **gradient accumulation** and **mixed precision** (bfloat16 autocast; float16
 #   with a gradient scaler on GPUs);
-# - from a **config file**, as a command: `python -m transformer train configs/book.toml`,
-#   or `torchrun --nproc_per_node=N -m transformer train configs/book.toml`;
+# - from a **config file**, as a command: `python -m transformer train book.toml`, or
+#   `torchrun --nproc_per_node=N -m transformer train book.toml` (`python -m transformer
+#   train --example book > book.toml` writes the config that the package ships);
 # - with **checkpoints that survive a crash**: a run killed mid-way resumes from its
 #   last checkpoint and ends with exactly the weights of a run that never stopped.
 
@@ -240,7 +241,7 @@ def load_config(config: str | Path | dict) -> dict:
 # %%
 import transformer
 
-CONFIGS = Path(transformer.__file__).resolve().parent.parent / "configs"  # shipped with the book
+CONFIGS = Path(transformer.__file__).resolve().parent / "configs"  # shipped in the package
 print((CONFIGS / "book.toml").read_text().split("\n[model]")[0])
 for name in ["book", "base", "big"]:
     print(f"{name:5s}", load_config(CONFIGS / f"{name}.toml")["model"])
@@ -470,6 +471,7 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
 
 # %%
 #| export
+from typing import cast
 from collections.abc import Callable
 
 from safetensors import safe_open
@@ -596,7 +598,7 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
         raise ValueError(f"cannot resume from {str(pointer.parent)!r}: {type(err).__name__}: {err}") from None
     except Exception as err:  # safetensors reports a corrupt file with its own error type
         raise ValueError(f"cannot resume from {str(path)!r}: {err}") from None
-    return _from_json(document, tensors)
+    return cast(dict, _from_json(document, tensors))
 
 # %% [markdown]
 # The loop. It is chapter 09's `train_step`, called on this process's shard of each
@@ -701,6 +703,23 @@ class _StopRequest:
         return bool(all_reduce_sum(flag).item() > 0)
 
 
+def _check_same_config(saved: dict | None, cfg: dict, out_dir: Path) -> None:
+    """A ValueError naming the keys whose values differ from the checkpoint's config, if any.
+
+    The model's sizes and the data decide what the checkpoint's tensors and position mean;
+    train.steps may grow (to train further), and logging and saving may change.
+    """
+    if saved is None:  # a checkpoint written before configs were stored: load_state_dict decides
+        return
+    may_change = {"steps", "checkpoint_every", "keep", "log_every", "device"}
+    changed = [f"{section}.{key} ({saved[section].get(key)!r} -> {value!r})"
+               for section in ("model", "data", "train") for key, value in cfg[section].items()
+               if not (section == "train" and key in may_change) and saved[section].get(key) != value]
+    if changed:
+        raise ValueError(f"the checkpoint in {str(out_dir)!r} was written with another config: "
+                         f"{', '.join(changed)}; resume with the config that wrote it, or pass another --out")
+
+
 def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progress: bool = True,
                       verbose: bool = True, kill_at: tuple[int, int] | None = None) -> dict:
     """Train a translator as the config says, on this process and the others torchrun started.
@@ -755,12 +774,18 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         if saved["world_size"] != procs.world_size:
             raise ValueError(f"the checkpoint in {str(out_dir)!r} was written by {saved['world_size']} "
                              f"processes; resume it with as many (got {procs.world_size})")
-        state.load_state_dict(saved["train_state"])
+        _check_same_config(saved.get("config"), cfg, out_dir)
+        try:
+            state.load_state_dict(saved["train_state"])
+        except (RuntimeError, KeyError, ValueError) as err:  # a checkpoint of another model
+            raise ValueError(f"the checkpoint in {str(out_dir)!r} does not fit this config's model "
+                             f"({str(err).splitlines()[0]}); resume it with the config that wrote it, "
+                             "or pass another --out") from None
         epoch, position = saved["epoch"], saved["position"]
         set_rng_state(saved["rng"][procs.rank])
     replica = replicate(model, procs)
     forward = _Forward(replica, model.pad_id, train_cfg["precision"], procs.device)
-    loss_fn = lambda _model, batch: translation_loss(forward, batch, train_cfg["eps"])  # noqa: E731
+    loss_fn = lambda _model, batch: translation_loss(cast(torch.nn.Module, forward), batch, train_cfg["eps"])  # noqa: E731
     step_args = dict(clip=train_cfg["clip"], micro_batches=train_cfg["micro_batches"],
                      no_sync=getattr(replica, "no_sync", None),
                      all_reduce=all_reduce_sum if procs.world_size > 1 else None)
@@ -771,6 +796,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         if rank0:
             save_resume_checkpoint(out_dir / "checkpoints", {
                 "step": state.step, "epoch": epoch, "position": position, "world_size": procs.world_size,
+                "config": cfg,
                 "train_state": state.state_dict(), "rng": rngs}, keep=train_cfg["keep"])
 
     history: dict = {"step": [], "loss": [], "grad_norm": [], "tokens": 0, "stopped": False, "valid_loss": None,
@@ -837,11 +863,17 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
 # The command. `python -m transformer` runs `transformer/__main__.py`, which this
 # chapter now writes: it hands `translate` to chapter 10's `translate_command` and
 # `train` to `train_command`. (A chapter may not import from a later one, so the file
-# that knows both commands lives here.) A bad config is one line on standard error.
+# that knows both commands lives here.) A bad config is one line on standard error, and
+# so is every other failure a user can cause: a missing pairs file, a run directory that
+# cannot be written, or a resume with a config whose model or data differ from the
+# checkpoint's (the checkpoint stores its config, and the message names each key that
+# changed). The configs of the book ship inside the package: `python -m transformer
+# train --example book > book.toml` writes one to start from.
 
 # %%
 #| export
 import argparse
+from importlib import resources
 
 
 def train_command(argv: list[str] | None = None) -> int:
@@ -861,20 +893,60 @@ def train_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m transformer train",
         description="Train the translator as CONFIG says; under `torchrun --nproc_per_node=N` on N processes.")
-    parser.add_argument("config", help="a .toml or .json training config (see configs/)")
+    parser.add_argument("config", nargs="?", help="a .toml or .json training config; "
+                        "`--example book > my.toml` writes one to start from")
+    parser.add_argument("--example", choices=example_configs(), default=None,
+                        help="print a config shipped with the package (book: the toy translator; base, "
+                        "big: the paper's models) and exit")
     parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
                         "a checkpoint found there is resumed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.example is not None:
+        if args.config is not None:
+            parser.error("give either CONFIG or --example, not both")
+        print(example_config(args.example), end="")
+        return 0
+    if args.config is None:
+        parser.error("the config is required: a .toml or .json file (`--example book > my.toml` writes one)")
     kill_at = os.environ.get("TRANSFORMER_KILL_AT")
     try:
         train_from_config(
             args.config, args.out or Path("runs") / Path(args.config).stem, progress=not args.no_progress,
-            kill_at=tuple(int(x) for x in kill_at.split(":")) if kill_at else None)
+            kill_at=_rank_and_step(kill_at) if kill_at else None)
     except ValueError as err:
         print(f"train: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the run directory cannot be written (a file in the way, no space, ...)
+        print(f"train: cannot write the run in {str(args.out or 'runs/')!r}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
     return 0
+
+
+def _rank_and_step(text: str) -> tuple[int, int]:
+    """TRANSFORMER_KILL_AT="RANK:STEP" as (rank, step)."""
+    rank, step = text.split(":")
+    return int(rank), int(step)
+
+
+def example_configs() -> list[str]:
+    """The names of the configs shipped with the package (transformer/configs/NAME.toml)."""
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("transformer").joinpath("configs").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def example_config(name: str) -> str:
+    """The text of the shipped config NAME (see example_configs), to copy and edit.
+
+    Raises:
+        ValueError: no shipped config has that name.
+    """
+    if name not in example_configs():
+        raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")
+    return resources.files("transformer").joinpath("configs", f"{name}.toml").read_text(encoding="utf-8")
 
 # %%
 #| export __main__
@@ -1164,13 +1236,13 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 # needed, though it works too):
 #
 # ```
-# python -m transformer train configs/base.toml --out runs/base
+# python -m transformer train base.toml --out runs/base
 # ```
 #
 # On one machine with 8 GPUs (one process per GPU, backend nccl):
 #
 # ```
-# torchrun --standalone --nproc_per_node=8 -m transformer train configs/base.toml --out runs/base
+# torchrun --standalone --nproc_per_node=8 -m transformer train base.toml --out runs/base
 # ```
 #
 # On 2 machines with 8 GPUs each: run this on both, with `--node_rank=0` on one and
@@ -1180,7 +1252,7 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 #
 # ```
 # torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_id=base --rdzv_backend=c10d \
-#     --rdzv_endpoint=HOST:PORT -m transformer train configs/base.toml --out /shared/runs/base
+#     --rdzv_endpoint=HOST:PORT -m transformer train base.toml --out /shared/runs/base
 # ```
 #
 # To resume after a crash or a SIGTERM, run the same command again. A checkpoint must

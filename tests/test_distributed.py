@@ -80,9 +80,23 @@ def runs(tmp_path_factory):
 
 # ---- configs ---------------------------------------------------------------------------
 
+def test_example_prints_each_shipped_config(tmp_path, capsys):
+    """`train --example NAME` prints the config shipped in the package, ready to edit and load."""
+    from transformer.__main__ import main
+    from transformer.distributed import example_configs
+
+    assert example_configs() == ["base", "big", "book"]
+    for name in example_configs():
+        assert main(["train", "--example", name]) == 0
+        text = capsys.readouterr().out
+        assert text == (ROOT / "transformer" / "configs" / f"{name}.toml").read_text(encoding="utf-8")
+        (tmp_path / f"{name}.toml").write_text(text, encoding="utf-8")
+        load_config(tmp_path / f"{name}.toml")
+
+
 @pytest.mark.parametrize("name", ["book", "base", "big"])
 def test_shipped_configs_load(name):
-    config = load_config(ROOT / "configs" / f"{name}.toml")
+    config = load_config(ROOT / "transformer" / "configs" / f"{name}.toml")
     if name != "book":
         assert config["model"]["paper"] == name and config["model"]["num_encoder_layers"] == 6
         assert config["model"]["d_model"] == {"base": 512, "big": 1024}[name]

@@ -315,6 +315,7 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
     return total.to(tensor.device)
 
 # %% chapters/12_distributed.ipynb, cell 13
+from typing import cast
 from collections.abc import Callable
 
 from safetensors import safe_open
@@ -445,7 +446,7 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
         raise ValueError(f"cannot resume from {str(pointer.parent)!r}: {type(err).__name__}: {err}") from None
     except Exception as err:  # safetensors reports a corrupt file with its own error type
         raise ValueError(f"cannot resume from {str(path)!r}: {err}") from None
-    return _from_json(document, tensors)
+    return cast(dict, _from_json(document, tensors))
 
 # %% chapters/12_distributed.ipynb, cell 15
 import signal
@@ -550,6 +551,23 @@ class _StopRequest:
         return bool(all_reduce_sum(flag).item() > 0)
 
 
+def _check_same_config(saved: dict | None, cfg: dict, out_dir: Path) -> None:
+    """A ValueError naming the keys whose values differ from the checkpoint's config, if any.
+
+    The model's sizes and the data decide what the checkpoint's tensors and position mean;
+    train.steps may grow (to train further), and logging and saving may change.
+    """
+    if saved is None:  # a checkpoint written before configs were stored: load_state_dict decides
+        return
+    may_change = {"steps", "checkpoint_every", "keep", "log_every", "device"}
+    changed = [f"{section}.{key} ({saved[section].get(key)!r} -> {value!r})"
+               for section in ("model", "data", "train") for key, value in cfg[section].items()
+               if not (section == "train" and key in may_change) and saved[section].get(key) != value]
+    if changed:
+        raise ValueError(f"the checkpoint in {str(out_dir)!r} was written with another config: "
+                         f"{', '.join(changed)}; resume with the config that wrote it, or pass another --out")
+
+
 def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progress: bool = True,
                       verbose: bool = True, kill_at: tuple[int, int] | None = None) -> dict:
     """Train a translator as the config says, on this process and the others torchrun started.
@@ -606,12 +624,18 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         if saved["world_size"] != procs.world_size:
             raise ValueError(f"the checkpoint in {str(out_dir)!r} was written by {saved['world_size']} "
                              f"processes; resume it with as many (got {procs.world_size})")
-        state.load_state_dict(saved["train_state"])
+        _check_same_config(saved.get("config"), cfg, out_dir)
+        try:
+            state.load_state_dict(saved["train_state"])
+        except (RuntimeError, KeyError, ValueError) as err:  # a checkpoint of another model
+            raise ValueError(f"the checkpoint in {str(out_dir)!r} does not fit this config's model "
+                             f"({str(err).splitlines()[0]}); resume it with the config that wrote it, "
+                             "or pass another --out") from None
         epoch, position = saved["epoch"], saved["position"]
         set_rng_state(saved["rng"][procs.rank])
     replica = replicate(model, procs)
     forward = _Forward(replica, model.pad_id, train_cfg["precision"], procs.device)
-    loss_fn = lambda _model, batch: translation_loss(forward, batch, train_cfg["eps"])  # noqa: E731
+    loss_fn = lambda _model, batch: translation_loss(cast(torch.nn.Module, forward), batch, train_cfg["eps"])  # noqa: E731
     step_args = dict(clip=train_cfg["clip"], micro_batches=train_cfg["micro_batches"],
                      no_sync=getattr(replica, "no_sync", None),
                      all_reduce=all_reduce_sum if procs.world_size > 1 else None)
@@ -622,6 +646,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         if rank0:
             save_resume_checkpoint(out_dir / "checkpoints", {
                 "step": state.step, "epoch": epoch, "position": position, "world_size": procs.world_size,
+                "config": cfg,
                 "train_state": state.state_dict(), "rng": rngs}, keep=train_cfg["keep"])
 
     history: dict = {"step": [], "loss": [], "grad_norm": [], "tokens": 0, "stopped": False, "valid_loss": None,
@@ -686,6 +711,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
 
 # %% chapters/12_distributed.ipynb, cell 17
 import argparse
+from importlib import resources
 
 
 def train_command(argv: list[str] | None = None) -> int:
@@ -707,19 +733,64 @@ def train_command(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m transformer train",
         description="Train the translator as CONFIG says; under `torchrun --nproc_per_node=N` on N processes.")
-    parser.add_argument("config", help="a .toml or .json training config (see configs/)")
+    parser.add_argument("config", nargs="?", help="a .toml or .json training config; "
+                        "`--example book > my.toml` writes one to start from")
+    parser.add_argument("--example", choices=example_configs(), default=None,
+                        help="print a config shipped with the package (book: the toy translator; base, "
+                        "big: the paper's models) and exit")
     parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
                         "a checkpoint found there is resumed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.example is not None:
+        if args.config is not None:
+            parser.error("give either CONFIG or --example, not both")
+        print(example_config(args.example), end="")
+        return 0
+    if args.config is None:
+        parser.error("the config is required: a .toml or .json file (`--example book > my.toml` writes one)")
     kill_at = os.environ.get("TRANSFORMER_KILL_AT")
     try:
         train_from_config(
             args.config, args.out or Path("runs") / Path(args.config).stem, progress=not args.no_progress,
-            kill_at=tuple(int(x) for x in kill_at.split(":")) if kill_at else None)
+            kill_at=_rank_and_step(kill_at) if kill_at else None)
     except ValueError as err:
         print(f"train: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the run directory cannot be written (a file in the way, no space, ...)
+        print(f"train: cannot write the run in {str(args.out or 'runs/')!r}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
     return 0
 
-__all__ = ["CONFIG_DEFAULTS", "PRECISIONS", "DEVICES", "load_config", "load_pairs", "epoch_batches", "shard", "Processes", "start_processes", "sum_gradients", "replicate", "all_reduce_sum", "LATEST", "save_resume_checkpoint", "load_resume_checkpoint", "autocast", "rng_state", "set_rng_state", "train_from_config", "train_command"]
+
+def _rank_and_step(text: str) -> tuple[int, int]:
+    """TRANSFORMER_KILL_AT="RANK:STEP" as (rank, step)."""
+    rank, step = text.split(":")
+    return int(rank), int(step)
+
+
+def example_configs() -> list[str]:
+    """The names of the configs shipped with the package (transformer/configs/NAME.toml).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("transformer").joinpath("configs").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def example_config(name: str) -> str:
+    """The text of the shipped config NAME (see example_configs), to copy and edit.
+
+    Raises:
+        ValueError: no shipped config has that name.
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    if name not in example_configs():
+        raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")
+    return resources.files("transformer").joinpath("configs", f"{name}.toml").read_text(encoding="utf-8")
+
+__all__ = ["CONFIG_DEFAULTS", "PRECISIONS", "DEVICES", "load_config", "load_pairs", "epoch_batches", "shard", "Processes", "start_processes", "sum_gradients", "replicate", "all_reduce_sum", "LATEST", "save_resume_checkpoint", "load_resume_checkpoint", "autocast", "rng_state", "set_rng_state", "train_from_config", "train_command", "example_configs", "example_config"]

@@ -57,7 +57,7 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
         if len(fields) != 3 or not text:
             raise ValueError(f"{path}, line {line_no}: expected '% SOURCE<TAB>AUTHOR<TAB>TITLE' "
                              f"followed by text, got {header[:60]!r}")
-        documents.append(Document(*fields, text))
+        documents.append(Document(fields[0], fields[1], fields[2], text))
         line_no += block.count("\n")
     return documents
 
@@ -239,10 +239,14 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
         A LongTensor [N] of ids, N = sum of (len(text) + 2).
 
     Raises:
+        TypeError: texts is one str (it would be read as one text per character).
         ValueError: there is no text, or one text is empty.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of texts, got one str (read character by character, each "
+                        "character would become a document): pass [text]")
     ids = [i for text in texts for i in vocab.encode(text)]
     if not ids:
         raise ValueError("texts must hold at least one text, got none")
@@ -329,7 +333,7 @@ def sequential_windows(stream: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     windows = ids[torch.arange(count)[:, None] * seq_len + torch.arange(seq_len + 1)]  # [W, T + 1]
     return windows[:, :-1], next_token_labels(windows[:, 1:])
 
-# %% chapters/11_language_model.ipynb, cell 25
+# %% chapters/11_language_model.ipynb, cell 24
 VERSE_LINE = re.compile(r"([\u4e00-\u9fff]+)，([\u4e00-\u9fff]+)[。？！]")
 
 
