@@ -24,7 +24,7 @@ STAGE := bash tools/stage.sh
 SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: help install export sync stamp check-sync lint quick unit pytest chapters nbval exercises \
-        nbgrader test execute checkpoint book site pdf lab student grade check course clean clean-student
+        nbgrader test execute checkpoint lm-checkpoint book site pdf lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
@@ -38,6 +38,7 @@ help:
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
+	@echo "make lm-checkpoint   retrain chapter 11's language model (transformer/configs/lm.toml, ~11 min quiet) and ship it"
 	@echo "make export      regenerate transformer/ from the notebooks"
 	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
@@ -148,6 +149,15 @@ execute: $(STAMP)
 # (a plain run of the chapter trains and checks, but leaves the shipped file alone).
 checkpoint: $(STAMP)
 	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
+
+# Retrain the language model that chapter 11 loads: chapter 12's train command on
+# transformer/configs/lm.toml (about 11 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the
+# same train command by hand to resume an interrupted run), then copied into the package.
+lm-checkpoint: $(STAMP)
+	rm -rf runs/lm-checkpoint
+	$(PY) -m transformer train transformer/configs/lm.toml --out runs/lm-checkpoint --no-progress
+	rm -rf transformer/checkpoints/tang_poems
+	cp -r runs/lm-checkpoint/model transformer/checkpoints/tang_poems
 
 # The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
 # `site` renders the committed outputs. Open _build/html/index.html.

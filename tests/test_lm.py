@@ -355,3 +355,46 @@ def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check(options):
     assert len(graphs) == 1
     with pytest.raises(IndexError, match="ids must lie in"):
         model(torch.full((1, 3), 30))  # an id outside the vocabulary, in eager mode
+
+
+# --- saving with the vocabulary, and the shipped model ------------------------------------
+
+def test_save_language_model_round_trips_in_half_precision(tmp_path, vocab):
+    from transformer.lm import VOCAB_FILE, load_language_model, save_language_model
+
+    torch.manual_seed(0)
+    model = LanguageModel(len(vocab), d_model=16, num_heads=2, num_layers=1, dropout=0.0, max_len=32)
+    saved = save_language_model(tmp_path / "lm", model, vocab, metrics={"note": "x"}, dtype=torch.float16)
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "model.safetensors", VOCAB_FILE]
+    assert next(model.parameters()).dtype == torch.float32, "saving in half precision leaves the model alone"
+    loaded, loaded_vocab, metrics = load_language_model(saved)
+    assert loaded_vocab == vocab and metrics == {"note": "x"} and not loaded.training
+    assert next(loaded.parameters()).dtype == torch.float32
+    assert loaded.generator.weight is loaded.embed.embedding.weight
+    for name, weight in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], weight.half().float()), name  # float16 rounding only
+    with pytest.raises(ValueError, match="vocab has"):
+        save_language_model(tmp_path / "bad", model, CharVocab.build(["明月"]))
+    with pytest.raises(ValueError, match="dtype"):
+        save_language_model(tmp_path / "bad", model, vocab, dtype=torch.int8)
+    (saved / VOCAB_FILE).write_text('{"itos": ["<pad>"]}', encoding="utf-8")
+    with pytest.raises(ValueError, match=VOCAB_FILE):
+        load_language_model(saved)
+    (saved / VOCAB_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=VOCAB_FILE):
+        load_language_model(saved)
+
+
+def test_the_shipped_language_model_is_small_and_loads():
+    from transformer.lm import LM_CHECKPOINT, load_language_model
+
+    size = sum(p.stat().st_size for p in LM_CHECKPOINT.iterdir())
+    assert size <= 8_000_000, f"the shipped language model takes {size:,} bytes"
+    model, vocab, metrics = load_language_model()
+    assert len(vocab) == model.vocab_size and metrics["config"]["model"]["task"] == "lm"
+    assert 0 < len(metrics["losses"]) <= metrics["step"] == metrics["config"]["train"]["steps"]
+    curve = [step for step, _ in metrics["valid_curve"]]
+    assert curve == sorted(curve) and curve[-1] <= metrics["step"]
+    assert math.exp(metrics["valid_loss"]) < 150  # chapter 11: the bigram's validation perplexity is about 220
+    ids = torch.tensor([vocab.encode("床前看月光，", add_special=True)[:-1]])
+    assert model(ids).shape == (1, ids.size(1), len(vocab))

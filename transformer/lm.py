@@ -272,4 +272,94 @@ class LanguageModel(PretrainedModel):
         x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 
-__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "POSITIONS", "LanguageModel"]
+# %% chapters/11_language_model.ipynb, cell 42
+import copy
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import transformer as _package
+from transformer.model import read_pretrained_config
+
+LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make lm-checkpoint
+VOCAB_FILE = "vocab.json"
+
+
+class LanguageModelCheckpoint(NamedTuple):
+    """What `load_language_model` returns.
+
+    Attributes:
+        model: the LanguageModel, in float32 and eval mode.
+        vocab: its CharVocab.
+        metrics: what training stored with it (settings, curves, scores); {} if nothing.
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+
+    model: "LanguageModel"
+    vocab: CharVocab
+    metrics: dict
+
+
+def save_language_model(directory: str | Path, model: "LanguageModel", vocab: CharVocab,
+                        metrics: dict | None = None, dtype: torch.dtype = torch.float32) -> Path:
+    """Save a language model with its vocabulary and metrics into a directory; nothing is pickled.
+
+    Args:
+        directory: where to write (created if absent): config.json, model.safetensors, vocab.json.
+        model: a LanguageModel.
+        vocab: its vocabulary, len(vocab) == model's vocab_size.
+        metrics: JSON-able facts about the model (settings, curves, scores), or None.
+        dtype: the weights' dtype in the file (default float32; float16 or bfloat16
+            halve the file). The model itself is not changed.
+
+    Returns:
+        The directory, as a Path.
+
+    Raises:
+        ValueError: the vocabulary's size is not the model's, or dtype is not a floating dtype.
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    if len(vocab) != model.vocab_size:
+        raise ValueError(f"vocab has {len(vocab)} tokens but the model's vocab_size is {model.vocab_size}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    stored = model if next(model.parameters()).dtype == dtype else copy.deepcopy(model).to(dtype)
+    directory = stored.save_pretrained(directory, metadata={"metrics": metrics or {}})
+    (directory / VOCAB_FILE).write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n", encoding="utf-8")
+    return directory
+
+
+def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str = "cpu") -> LanguageModelCheckpoint:
+    """Load a directory written by `save_language_model` (default: the model shipped with the package).
+
+    Args:
+        directory: the checkpoint directory.
+        map_location: the device for the weights (default "cpu").
+
+    Returns:
+        A LanguageModelCheckpoint(model in float32 and eval mode, vocab, metrics).
+
+    Raises:
+        FileNotFoundError: the directory or one of its three files is missing.
+        ValueError: a file is malformed, or the vocabulary's size is not the model's (the
+            message names the file).
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    directory = Path(directory)
+    model = LanguageModel.from_pretrained(directory, map_location=map_location).float().eval()
+    metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
+    path = directory / VOCAB_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (a language model's checkpoint has its vocabulary there)")
+    try:
+        vocab = CharVocab.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a vocabulary written by save_language_model ({err})") from None
+    if len(vocab) != model.vocab_size:
+        raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {model.vocab_size}")
+    return LanguageModelCheckpoint(model, vocab, metrics)
+
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "POSITIONS", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]
