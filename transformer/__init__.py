@@ -7,7 +7,7 @@ The public API, in the order the book builds it.
 # chapter 01: Embedding: from token ids to vectors
 from transformer.embedding import TokenEmbedding
 # chapter 02: Positional encoding: telling the model where each token stands
-from transformer.positional import sinusoidal_encoding, PositionalEncoding, RotaryEmbedding
+from transformer.positional import sinusoidal_encoding, PositionalEncoding
 # chapter 03: Single-head attention
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 # chapter 04: The causal mask
@@ -17,7 +17,7 @@ from transformer.multihead import MultiHeadAttention
 # chapter 06: Position-wise feed-forward network
 from transformer.feedforward import ACTIVATIONS, FeedForward
 # chapter 07: Encoder and decoder blocks
-from transformer.blocks import NORMS, RMSNorm, EncoderBlock, DecoderBlock, Encoder, Decoder
+from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 # chapter 08: The full encoder-decoder model
 from transformer.model import PretrainedModel, PAPER_CONFIGS, Transformer, count_parameters, PRETRAINED_FORMAT, read_pretrained_config
 # chapter 09: Training: teaching the model to translate
@@ -27,11 +27,13 @@ from transformer.data import PAD_ID, BOS_ID, EOS_ID, UNK_ID, SPECIAL_TOKENS, MAX
 # chapter 10: Generation: greedy, sampling, beam search and the KV cache
 from transformer.generation import eval_mode, KVCache, IncrementalDecoder, greedy_decode, filter_logits, sample_decode, length_penalty, sequence_scores, beam_search, cross_attention_weights, UnknownWordsError, Translator, load_translator, translate, translate_command
 # chapter 11: A decoder-only language model
-from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, POSITIONS, LanguageModel
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity, generate, continue_poems, POSITIONS, NORMS, FEED_FORWARDS, ATTENTIONS, LanguageModel
 # chapter 11: A decoder-only language model
 from transformer.text import CORPUS_FILE, Document, read_corpus, TextSplit, split_documents, CharVocab, encode_stream, next_token_labels, random_windows, sequential_windows, VERSE_LINE, verse_form, verse_form_share
 # chapter 12: Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash
 from transformer.distributed import CONFIG_DEFAULTS, PRECISIONS, DEVICES, load_config, load_pairs, epoch_batches, shard, Processes, start_processes, sum_gradients, replicate, all_reduce_sum, LATEST, save_resume_checkpoint, load_resume_checkpoint, autocast, rng_state, set_rng_state, train_from_config, train_command
+# chapter 13: The modern refinements
+from transformer.refinements import RotaryEmbedding, RMSNorm, SwiGLU, GroupedQueryAttention
 # chapter 14: Appendix: Benchmarks
 from transformer.benchmarks import machine_info, cpu_seconds, interleaved, TorchReference, random_batch, train_step_fn, eval_forward, paired_models, gemm_flops_per_second, train_step_flops, bytes_per_token, bandwidth_bytes_per_second
 
@@ -41,7 +43,6 @@ __all__ = [
     "TokenEmbedding",
     "sinusoidal_encoding",
     "PositionalEncoding",
-    "RotaryEmbedding",
     "scaled_dot_product_attention",
     "SingleHeadSelfAttention",
     "causal_mask",
@@ -50,8 +51,6 @@ __all__ = [
     "MultiHeadAttention",
     "ACTIVATIONS",
     "FeedForward",
-    "NORMS",
-    "RMSNorm",
     "EncoderBlock",
     "DecoderBlock",
     "Encoder",
@@ -121,6 +120,9 @@ __all__ = [
     "generate",
     "continue_poems",
     "POSITIONS",
+    "NORMS",
+    "FEED_FORWARDS",
+    "ATTENTIONS",
     "LanguageModel",
     "CORPUS_FILE",
     "Document",
@@ -155,6 +157,10 @@ __all__ = [
     "set_rng_state",
     "train_from_config",
     "train_command",
+    "RotaryEmbedding",
+    "RMSNorm",
+    "SwiGLU",
+    "GroupedQueryAttention",
     "machine_info",
     "cpu_seconds",
     "interleaved",
