@@ -17,11 +17,13 @@ export PYTHONHASHSEED := 0
 export BOOK_JOBS ?= 2
 
 .PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
-        execute checkpoint book site lab student grade check course clean clean-student
+        execute checkpoint book site pdf lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
 	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
+	@echo "make site EDITION=student   the site without solutions, in _build/student/html/"
+	@echo "make pdf         the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions)"
 	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
@@ -105,8 +107,14 @@ checkpoint: $(STAMP)
 book: $(STAMP)
 	$(PY) tools/book.py
 
+# EDITION=student: the site without solutions or hidden tests, into _build/student/html/.
 site: $(STAMP)
-	$(PY) tools/website.py
+	$(PY) tools/website.py $(if $(EDITION),--edition $(EDITION))
+
+# The whole book as one PDF, printed by the system's Chromium from the site (tools/pdf.py):
+# _build/book.pdf, or _build/book-student.pdf with EDITION=student.
+pdf: $(STAMP)
+	$(PY) tools/pdf.py $(if $(EDITION),--edition $(EDITION))
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)

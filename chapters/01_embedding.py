@@ -456,6 +456,14 @@ assert norms["Xavier uniform"][1] < 0.5 * pe_norm  # Xavier + scale: position do
 # order, times $\sqrt{d_{\text{model}}}$. The padding row is the empty stripe at the top.
 
 # %%
+#| fig-cap: The embedding table and one lookup. Left: the table $\sqrt{d}\,W_e$, one row of 16
+#|   numbers per token of the toy vocabulary, the rows of the running example outlined;
+#|   the `<pad>` row is all zeros. Right: looking up `<bos> I love apples <eos>` returns
+#|   those rows in sentence order.
+#| fig-alt: Two heat maps of values between about -2 and 2. Left: 13 rows, one per token from
+#|   <pad> to pears, by 16 dimensions; the <pad> row is blank and the rows of <bos>,
+#|   <eos>, I, love and apples are framed. Right: five rows, <bos>, I, love, apples,
+#|   <eos>, the same colours as the framed rows.
 embed = TokenEmbedding(len(itos), 16, padding_idx=stoi["<pad>"])
 with torch.no_grad():
     table_scaled = embed.embedding.weight * embed.scale  # [V, 16]
@@ -480,6 +488,14 @@ plt.show()
 # against the norm of the positional encoding it will be added to (log scale).
 
 # %%
+#| fig-cap: How long a token vector is when it enters the model ($d_{model} = 512$, a
+#|   37,000-token vocabulary) for three initialisations, without and with the
+#|   $\sqrt{d_{model}}$ scale, against the norm of the positional encoding it is added to
+#|   (dashed); log scale.
+#| fig-alt: Bar chart on a log scale with a dashed line at 16, the positional encoding's norm.
+#|   For N(0, 1), N(0, 1/d) and Xavier uniform initialisation, a blue bar without the
+#|   scale and an orange bar with it: about 23 and 500 for N(0, 1), about 1 and 23 for
+#|   N(0, 1/d), about 0.2 and 4 for Xavier uniform.
 fig, ax = plt.subplots(figsize=(7, 3.8))
 names = list(norms)
 positions = torch.arange(len(names)).float()

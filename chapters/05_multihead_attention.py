@@ -800,6 +800,13 @@ assert torch.equal(drop(src, src, src)[0], drop(src, src, src)[0])
 # super-diagonal). Nobody told them to: the task made them.
 
 # %%
+#| fig-cap: Attention weights of the models trained on the neighbour task, on one sequence of 12
+#|   positions (rows: queries, columns: keys). The single head settles on one neighbour;
+#|   the two heads of the multi-head model split the job, one reading the right neighbour
+#|   and the other the left one.
+#| fig-alt: Three 12 by 12 heat maps, query position down and key position across, each with a
+#|   bright band beside the diagonal. One head: mostly just left of the diagonal. Two
+#|   heads: head 0 just right of the diagonal, head 1 just left of it.
 sample = neighbour_batch(1, torch.Generator().manual_seed(1))[0]  # [1, SEQ]
 with torch.no_grad():
     w_one = one_head(sample)[1][0]  # [SEQ, SEQ]

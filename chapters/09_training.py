@@ -970,6 +970,12 @@ assert torch.allclose(label_smoothed_cross_entropy(demo_logits, demo_labels, eps
 # smoothing the best possible loss is the entropy of $q$, reached at finite logits.
 
 # %%
+#| fig-cap: What the model is asked to predict at the first position of `我 喜欢 苹果`, whose label
+#|   is `我`: the one-hot target (left) and the target smoothed with $\varepsilon = 0.1$
+#|   (right), on a log scale.
+#| fig-alt: Two bar charts over the 73 Chinese word ids, log scale. Left: a single red bar of
+#|   height 1 at the label's id, nothing else. Right: the red bar just under 1 and every
+#|   other word a blue bar of about 0.0014.
 eps = 0.1
 label = tgt_vocab.stoi["我"]
 q = torch.full((V,), eps / V)
@@ -1076,6 +1082,14 @@ def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1
 
 
 # %%
+#| fig-cap: The paper's learning-rate schedule: a linear warm-up, then a decay as
+#|   $1/\sqrt{\text{step}}$, for two model widths and two warm-up lengths. A wider model
+#|   takes smaller steps; a longer warm-up peaks later and lower.
+#| fig-alt: Three curves of the learning rate over 20,000 steps, each rising in a straight line
+#|   to a peak and then decaying: d_model 256 with warm-up 4000 peaks highest, near 0.001
+#|   at step 4000; d_model 512 with warm-up 4000 peaks near 0.0007 at step 4000; d_model
+#|   512 with warm-up 8000 peaks near 0.0005 at step 8000, after which it follows the
+#|   same decay as the other d_model 512 curve.
 steps = range(1, 20_001)
 fig, ax = plt.subplots(figsize=(7, 3.5))
 for d, w in ((512, 4000), (512, 8000), (256, 4000)):
@@ -1786,6 +1800,13 @@ assert history["valid_loss"][-1] < floor + 0.1, "the validation loss is far from
 assert history["valid_loss"][-1] < history["valid_loss"][0]
 
 # %%
+#| fig-cap: Training the toy translator: the loss of every batch, the validation loss after each
+#|   epoch and, on the right axis, the learning rate. The loss falls to the floor that
+#|   label smoothing sets, the entropy of the smoothed target.
+#| fig-alt: Line plot over about 800 steps. The training loss (thin blue) falls from about 4.5
+#|   to below 1 in the first 200 steps; the validation loss (orange dots, one per epoch)
+#|   stays just above a dotted floor line near 0.75; the learning rate (green, right
+#|   axis) rises linearly to its peak at step 300, then decays.
 fig, ax = plt.subplots(figsize=(8, 3.5))
 ax.plot(history["step"], history["loss"], lw=0.6, alpha=0.6, label="training loss (per batch)")
 ax.plot(history["valid_step"], history["valid_loss"], "o-", label="validation loss (per epoch)")

@@ -712,6 +712,12 @@ print("tokens identical at every length; the speed-up grows with the length; wit
       f" {n1 // n0}x the tokens is {position_ratio:.0f}x the positions but far less than {position_ratio:.0f}x the time")
 
 # %%
+#| fig-cap: Greedy decoding of $n$ new tokens at batch 1, without and with the KV cache. Left:
+#|   the CPU time of each. Right: the speed-up that the cache brings, which grows with
+#|   $n$.
+#| fig-alt: Left: CPU seconds against the number of new tokens, 16 to 128; the curve without the
+#|   cache (blue) rises much faster than the one with it (orange). Right: their ratio,
+#|   the speed-up, above 1 everywhere and growing with the number of tokens.
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
 ax1.plot(lengths, [timings[n][0] for n in lengths], "o-", label="without cache")
 ax1.plot(lengths, [timings[n][1] for n in lengths], "o-", label="with KV cache")
@@ -893,6 +899,13 @@ def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
 # Chinese words in pinyin (the default matplotlib font has no Chinese characters).
 
 # %%
+#| fig-cap: The trained translator's distribution over its first word after `<bos>` (written in
+#|   pinyin), at three temperatures, and what top-$k$ ($k = 3$) and top-$p$ ($p = 0.6$)
+#|   keep of the flattest one, at temperature 3.
+#| fig-alt: Five small bar charts of p(first word) over the same eight words, wǒ first. At T =
+#|   0.5 and T = 1.0 nearly all the probability is on wǒ. At T = 3 wǒ gets about 0.13 and
+#|   the other words small equal bars. Top-k = 3 keeps wǒ and two more words, wǒ at about
+#|   0.8; top-p = 0.6 leaves a flatter distribution with wǒ at about 0.2.
 PINYIN = {
     "在": "zài", "吗": "ma", "？": "?", "会": "huì", "过": "guò", "不": "bù", "买": "mǎi",
     "看见": "kànjiàn", "吃": "chī", "喝": "hē", "你": "nǐ", "了": "le",
@@ -1157,6 +1170,11 @@ def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_si
 # hypothesis is forgiven:
 
 # %%
+#| fig-cap: The length penalty of beam search (as in GNMT) against the length $|y|$ of a
+#|   hypothesis, for three values of $\alpha$: the larger $\alpha$, the more a long
+#|   hypothesis is forgiven.
+#| fig-alt: Three lines of lp(y) over lengths 1 to 30, all starting at 1: flat at 1 for alpha 0,
+#|   rising to about 2.9 for alpha 0.6 and to about 5.8 for alpha 1.0.
 ns = torch.arange(1, 31)
 fig, ax = plt.subplots(figsize=(5, 3))
 for a in (0.0, 0.6, 1.0):
@@ -1289,6 +1307,14 @@ def cross_attention_weights(model: nn.Module, src: Tensor, tgt: Tensor) -> Tenso
 # being *written*; column labels, the English words being read.
 
 # %%
+#| fig-cap: Cross-attention of the trained translator, averaged over the heads of its last
+#|   decoder layer: each Chinese word written (rows, in pinyin) against the English words
+#|   read (columns). For `I love apples` the alignment is a diagonal; for the longer
+#|   sentence it follows the Chinese word order.
+#| fig-alt: Two heat maps. Left, I love apples: rows wǒ, xǐhuan, píngguǒ, <eos>; wǒ reads I,
+#|   xǐhuan reads love, píngguǒ reads apples, a clean diagonal. Right, I ate apples in
+#|   the park yesterday: wǒ reads I, zuótiān reads yesterday, zài reads park, chī and le
+#|   read ate, píngguǒ reads apples.
 def alignment(sentence: str, layer: int = -1):
     src = encode_source([sentence])  # [1, S]
     out = greedy_decode(model, src, BOS_ID, EOS_ID)  # [1, 1 + n]

@@ -1082,6 +1082,12 @@ print(f"seconds: {fp32['seconds']:.1f} (fp32) / {bf16['seconds']:.1f} (bf16)")
 assert valid_gap < 0.1 * fp32["valid_loss"] and step_gap < 0.2  # a few percent of a falling loss
 
 # %%
+#| fig-cap: The same 60 training steps of the book's task, once in float32 and once under
+#|   bfloat16 autocast, from the same weights and batches: the two loss curves nearly
+#|   coincide.
+#| fig-alt: Two training-loss curves over 60 steps, fp32 in blue and bf16 in orange, both
+#|   falling from about 4.6 to about 1.85 and lying almost on top of each other; the
+#|   legend gives validation losses of 1.63 and 1.70.
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for name, run in curves.items():
     ax.plot(run["step"], run["loss"], label=f"{name} (validation {run['valid_loss']:.2f})")
