@@ -706,7 +706,7 @@ assert all(row["seconds"] < 60 for row in table.values())
 #|   score with rotary positions of one query and one key, moved together along the
 #|   sequence: it depends only on their distance.
 #| fig-alt: Left: horizontal bars of validation perplexity for 2017, 2017 with seed 1, RoPE,
-#|   RMSNorm, SwiGLU with d_ff 168, GQA with 2 KV heads, and all four, over a grey band
+#|   RMSNorm, SwiGLU with d_ff 172, GQA with 2 KV heads, and all four, over a grey band
 #|   marking the 2017 seed spread; the RoPE and all-four bars end to the left of the
 #|   band. Right: a 48 by 48 heat map of scores, query position down and key position
 #|   across, made of stripes that run parallel to the diagonal.
