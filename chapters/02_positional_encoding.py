@@ -239,6 +239,8 @@ class PositionalEncoding(nn.Module):
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
+    pe: Tensor  # [max_len, d_model], a buffer (for type checkers: register_buffer is dynamic)
+
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
         super().__init__()
         _check_int("d_model", d_model)

@@ -132,6 +132,8 @@ assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
 
 # %%
 #| export
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -169,7 +171,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        self.activation = {"relu": F.relu, "gelu": F.gelu}[activation]
+        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+        self.activation = functions[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the two layers to every position.

@@ -216,6 +216,7 @@ def _verb_phrase(verb: tuple, tense: str, mood: str, third: bool) -> tuple[list[
     }
     aux, word, zh_pre, zh_verb = table[tense, mood]
     if mood == "question":
+        assert aux is not None  # every question of the table has its auxiliary
         return [aux], [word], zh_pre, zh_verb
     if mood == "negation":
         return [], [aux, "not", word], zh_pre, zh_verb
@@ -713,8 +714,8 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
         The ids, [B, T], dtype long.
 
     Raises:
-        ValueError: seqs is empty, one of its sequences is empty, or pad_id is not a
-            non-negative integer.
+        ValueError: seqs is empty, one of its sequences is empty or holds something other
+            than integer ids, or pad_id is not a non-negative integer.
     """
     _check_int("pad_id", pad_id, 0)
     if len(seqs) == 0:
@@ -722,6 +723,9 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
     lengths = [len(s) for s in seqs]
     if min(lengths) == 0:
         raise ValueError(f"sequence {lengths.index(0)} of the batch is empty")
+    for i, s in enumerate(seqs):
+        if isinstance(s, str) or not all(isinstance(x, int) and not isinstance(x, bool) for x in s):
+            raise ValueError(f"seqs must hold sequences of integer ids; sequence {i} is {list(s)[:5]!r}")
     out = torch.full((len(seqs), max(lengths)), pad_id, dtype=torch.long)  # [B, T]
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
@@ -1150,10 +1154,10 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 
 # %%
 #| export
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 LossFn = Callable[[torch.nn.Module, Any], tuple[Tensor, int]]  # (model, batch) -> (mean loss, tokens)
 
@@ -1177,7 +1181,7 @@ def translation_loss(model: torch.nn.Module, batch: tuple[Tensor, Tensor], eps: 
         raise ValueError(f"a translation batch must be a pair (src [B, S], tgt [B, T]), got "
                          f"{type(batch).__name__}{f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''}")
     src, tgt = batch
-    decoder_input, labels = shift_targets(tgt, model.pad_id)  # [B, T-1] each
+    decoder_input, labels = shift_targets(tgt, cast(int, model.pad_id))  # [B, T-1] each
     logits = model(src, decoder_input)  # [B, T-1, V]
     return label_smoothed_cross_entropy(logits, labels, eps), int((labels != IGNORE_INDEX).sum())
 
@@ -1446,7 +1450,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
     model = state.model
     history: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [],
                                        "valid_step": [], "valid_loss": [], "seconds": []}
-    per_epoch = None if callable(batches) or not hasattr(batches, "__len__") else len(batches)
+    per_epoch = len(batches) if isinstance(batches, Sized) and not callable(batches) else None
     bar = tqdm(total=per_epoch and epochs * per_epoch, disable=not progress, mininterval=10.0, unit="step")
     start, was_training = time.perf_counter(), model.training
     devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
@@ -1524,8 +1528,8 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
     _check_int("seed", seed, 0)  # fit takes None too; here it also orders the batches
-    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=model.max_len,
-                     pad_id=model.pad_id)
+    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=cast(int, model.max_len),
+                     pad_id=cast(int, model.pad_id))
     valid = encode(valid_pairs, batch_size=500) if valid_pairs else None
     state = TrainState(model, *make_optimizer(model, warmup, factor))
     return fit(state, lambda epoch: encode(train_pairs, batch_size=batch_size, shuffle=True, seed=seed + epoch),
@@ -1550,7 +1554,7 @@ import json
 from pathlib import Path
 
 import transformer as _package
-from transformer.model import Transformer, _json_text, read_pretrained_config
+from transformer.model import Transformer, _as_directory, _json_text, read_pretrained_config
 
 TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
@@ -1643,7 +1647,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
         ValueError: a file is malformed (the message names it and says what is wrong), or
             only one of the two vocabulary files is there.
     """
-    directory = Path(directory)
+    directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
     metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
     if not isinstance(metrics, dict):

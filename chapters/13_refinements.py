@@ -55,8 +55,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer.feedforward import FeedForward
-from transformer.generation import KVCache, eval_mode
-from transformer.lm import LanguageModel, generate, lm_loss, perplexity
+from transformer.generation import KVCache, eval_mode, generate
+from transformer.lm import LanguageModel, lm_loss, perplexity
 from transformer.masks import causal_mask
 from transformer.model import count_parameters
 from transformer.multihead import MultiHeadAttention
@@ -249,6 +249,9 @@ class RotaryEmbedding(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
+
+    cos: Tensor  # [max_len, d_head / 2], buffers (for type checkers: register_buffer is dynamic)
+    sin: Tensor
 
     def __init__(self, d_head: int, max_len: int = 5000):
         super().__init__()
@@ -642,8 +645,8 @@ print(f"cached vs full pass: {cache_error:.0e}; fused vs explicit attention: {fu
 assert cache_error < 1e-4 and fused_error < 1e-5
 assert torch.equal(after[:, :25], full[:, :25]) and not torch.equal(after[:, 25:], full[:, 25:])
 prompt = torch.tensor([vocab.encode("床前明月光，")[:-1]] * 2)
-assert torch.equal(generate(modern, prompt, 20, greedy=True, use_cache=True),
-                   generate(modern, prompt, 20, greedy=True, use_cache=False))
+assert torch.equal(generate(modern, prompt, 20, use_cache=True),
+                   generate(modern, prompt, 20, use_cache=False))
 print("cache, causality and generation: as in chapter 11")
 
 # %%

@@ -29,8 +29,7 @@ USER_SCRIPT = textwrap.dedent('''
     import subprocess, sys, tempfile
     import torch
     import transformer
-    from transformer import Transformer, translate
-    from transformer.generation import greedy_decode
+    from transformer import LanguageModel, Transformer, translate
 
     print("file", transformer.__file__)
     print("torch", torch.__version__)
@@ -43,8 +42,11 @@ USER_SCRIPT = textwrap.dedent('''
         loaded = Transformer.from_pretrained(directory)
     same = torch.equal(loaded(src, src), model(src, src))
     print("saved and loaded", same)
-    tokens = greedy_decode(loaded, src, bos_id=1, eos_id=None, max_new_tokens=5)
-    print("generated", tuple(tokens.shape))
+    tokens = loaded.generate(src, max_new_tokens=5, ignore_eos=True)
+    lm = LanguageModel(vocab_size=20, d_model=16, num_heads=2, num_layers=1, max_len=16)
+    prompts = torch.tensor([[0, 1, 5], [1, 6, 7]])
+    continued = lm.generate(prompts, 4, attention_mask=(prompts != 0).long(), ignore_eos=True)
+    print("generated", tuple(tokens.shape), tuple(continued.shape))
     print("translated", translate("I love apples"))
 ''')
 
@@ -105,12 +107,14 @@ def test_save_load_generate_translate_in_a_clean_install(clean_env):
     out = run([str(python), "-c", USER_SCRIPT], cwd=tmp, env=env).splitlines()
     assert out[0].startswith("file " + str(tmp / "venv")), out[0]  # the installed copy, not the repository
     assert out[1].startswith("torch " + TORCH)
-    assert out[2:] == ["saved and loaded True", "generated (2, 6)", "translated 我 喜欢 苹果"]
+    assert out[2:] == ["saved and loaded True", "generated (2, 6) (2, 7)", "translated 我 喜欢 苹果"]
 
 
 def test_commands_in_a_clean_install(clean_env):
     python, tmp, env = clean_env
     assert run([str(python), "-m", "transformer", "translate", "I love apples"], cwd=tmp, env=env) == "我 喜欢 苹果\n"
+    example = run([str(python), "-m", "transformer", "train", "--example", "book"], cwd=tmp, env=env)
+    assert example.startswith("# The book's small translator") and "[train]" in example  # shipped in the wheel
     (tmp / "tiny.toml").write_text(TRAIN_CONFIG)
     log = run([str(python), "-m", "transformer", "train", "tiny.toml", "--out", "run", "--no-progress"],
               cwd=tmp, env=env)

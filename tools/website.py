@@ -48,7 +48,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from exercises import strip_solutions, student_copy  # noqa: E402
-from export import public_names  # noqa: E402
+from export import TOP_LEVEL, public_names  # noqa: E402
 from notebooks import (  # noqa: E402
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
@@ -438,6 +438,13 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
         "itself unless marked *module only*.", "",
         "```{toctree}", ":hidden:", "",
     ]
+    home = {n: export.module for chapter in chapters for export in chapter_exports(chapter) for n in export.names}
+    groups = ["## The top level, by use", "",
+              "What `import transformer` holds, grouped by what a user of the models does with it:", ""]
+    for group, names in TOP_LEVEL.items():
+        links = ", ".join(f"{{py:obj}}`~transformer.{home[n]}.{n}`" for n in names if n in home)
+        groups += [f"- **{group}**: {links}"]
+    groups.append("")
     tables = []
     for chapter in chapters:
         for export in chapter_exports(chapter):
@@ -456,7 +463,7 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
                     summary += " (*module only*)"
                 tables.append(f"| {{py:obj}}`~transformer.{export.module}.{n}` | {summary} |")
             tables.append("")
-    index += ["```", ""] + tables
+    index += ["```", ""] + groups + tables
     pages["api/index.md"] = "\n".join(index)
     return pages
 

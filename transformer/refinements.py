@@ -32,6 +32,9 @@ class RotaryEmbedding(nn.Module):
     Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
     """
 
+    cos: Tensor  # [max_len, d_head / 2], buffers (for type checkers: register_buffer is dynamic)
+    sin: Tensor
+
     def __init__(self, d_head: int, max_len: int = 5000):
         super().__init__()
         _check_int("d_head", d_head)
