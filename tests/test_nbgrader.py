@@ -156,10 +156,12 @@ def test_nbgrader_releases_autogrades_and_exports_every_chapter(tmp_path):
     scores = {key: value for part in parts for key, value in part.items()}
     expected, table = {}, []
     for chapter in chapters:
-        full = float(sum(chapter.points.values()))
+        # the written answers wait for the teacher: autograde scores the checks only
+        full = float(sum(chapter.points[name] for name, _ in chapter.checks))
+        total = float(sum(chapter.points.values()))
         wanted = dict(zip(STUDENTS, (full, 0.0, 0.0), strict=True))
         for student in students_of(chapter):
-            expected[(chapter.name, student)] = (wanted[student], full)
+            expected[(chapter.name, student)] = (wanted[student], total)
         table.append(f"{chapter.name:<24}" + "".join(
             f"{student}={scores.get((chapter.name, student), ('?', '?'))[0]:>5}  "
             for student in students_of(chapter)) + f"of {full:g}")
@@ -169,15 +171,15 @@ def test_nbgrader_releases_autogrades_and_exports_every_chapter(tmp_path):
 
 # --- the grading guard inside nbgrader ------------------------------------------------
 
-def cheating_submission(released, chapter, student):
-    """A toy submission: the solution, a wrong answer with a library patch, or the
-    solution with check ex2-half (2 points) deleted or stripped of its nbgrader
+def cheating_submission(released, chapter, student, cheats=CHEATS):
+    """A toy submission: the solution, wrong answers with a cheat (tests/toy_chapter.py),
+    or the solution with check ex2-half (2 points) deleted or stripped of its nbgrader
     metadata and rewritten to `print('passed')` under a wrong answer."""
     notebook = submission(released, chapter, "solved" if student != "untouched" else student)
     for cell in notebook.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if student in CHEATS and grade_id.endswith("-solution"):
-            cell.source = CHEATS[student][grade_id.removesuffix("-solution")]
+        if student in cheats and grade_id.endswith("-solution"):
+            cell.source = cheats[student][grade_id.removesuffix("-solution")]
         elif student == "stripped_metadata" and grade_id == "ex2-half":
             del cell.metadata["nbgrader"]
             cell.source = "print('passed')"
@@ -190,9 +192,19 @@ def cheating_submission(released, chapter, student):
 
 
 def test_nbgrader_is_not_fooled_by_a_patched_torch_or_a_removed_check(tmp_path):
+    """Every cheat of tests/toy_chapter.py (a patched library or package class, checks
+    rewritten by an input transformer, errors hidden by an exception handler, the
+    course's source notebook read from disk) scores nothing in nbgrader's kernel."""
+    from toy_chapter import POINTS, reading_the_source
+
     chapter = toy_chapter(tmp_path / "toy")
-    expected = {"solved": 4.0, "patch_before": 0.0, "patch_during": 0.0,
-                "deleted_check": 2.0, "stripped_metadata": 2.0}
-    scores = run_course(tmp_path / "course", [chapter], students=tuple(expected),
-                        make_submission=cheating_submission)
-    assert scores == {("01_toy", s): (points, 4.0) for s, points in expected.items()}, scores
+    course = tmp_path / "course"
+    cheats = {**CHEATS, "read_source": reading_the_source(
+        course / "source" / chapter.name / chapter.path.name)}
+    expected = {"solved": float(POINTS), "deleted_check": POINTS - 2.0,
+                "stripped_metadata": POINTS - 2.0, **{cheat: 0.0 for cheat in cheats}}
+    scores = run_course(course, [chapter], students=tuple(expected),
+                        make_submission=lambda released, chapter, student: cheating_submission(
+                            released, chapter, student, cheats))
+    total = float(sum(chapter.points.values()))  # the written answer included
+    assert scores == {("01_toy", s): (points, total) for s, points in expected.items()}, scores
