@@ -13,19 +13,26 @@ STAMP := $(VENV)/.installed-stamp
 # Same thread count everywhere, so that stored outputs reproduce.
 export OMP_NUM_THREADS ?= 2
 export PYTHONHASHSEED := 0
-# Chapters run at the same time by make book, nbval and exercises (2 cores here).
-export BOOK_JOBS ?= 2
+# Chapters (and test files) run at once: one per core (`nproc`), or JOBS=n.
+# BOOK_JOBS, its older name, is still read.
+JOBS ?= $(or $(BOOK_JOBS),$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2))
+export JOBS
+export BOOK_JOBS := $(JOBS)
 
-.PHONY: help install export sync stamp check-sync lint pytest nbval exercises nbgrader test \
-        execute checkpoint book site lab student grade check course clean clean-student
+.PHONY: help install export sync stamp check-sync lint quick unit pytest nbval exercises nbgrader test \
+        execute checkpoint lm-checkpoint book site pdf lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
 	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
+	@echo "make site EDITION=student   the site without solutions, in _build/student/html/"
+	@echo "make pdf         the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions)"
 	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
+	@echo "make quick       under a minute: sync check, lint, the package's unit tests"
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
+	@echo "make lm-checkpoint   retrain chapter 11's language model (transformer/configs/lm.toml, ~11 min quiet) and ship it"
 	@echo "make export      regenerate transformer/ from the notebooks"
 	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
@@ -69,18 +76,30 @@ check-sync: $(STAMP)
 	$(PY) tools/pairs.py --check
 	$(PY) tools/exercises.py stamp --check
 
+# ruff; mypy on the package; mypy and pyright (standard mode) on the README's programmer section.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy transformer
+	$(PY) tools/readme_code.py _build/lint/readme_code.py
+	$(VENV)/bin/mypy _build/lint/readme_code.py
+	$(VENV)/bin/pyright --pythonpath $(PY) _build/lint/readme_code.py
 
-# Two test files at a time (pytest-xdist, whole files per worker so that a module's
-# fixtures are built once), each worker on one thread: together they fill the two cores.
+# JOBS test files at a time (pytest-xdist, whole files per worker so that a module's
+# fixtures are built once), each worker on one thread. -rs: every skip, with its reason.
 pytest: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not nbgrader" -n $(BOOK_JOBS) --dist loadfile
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not nbgrader" -n $(JOBS) --dist loadfile -rs --durations=15
 
-# Two chapters at a time (BOOK_JOBS, as make book and make exercises): pytest-xdist gives
+# The package's unit tests: what runs in seconds (tests/conftest.py marks the rest slow).
+unit: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow and not nbgrader" -n $(JOBS) --dist loadfile -q -rs
+
+# The edit-test loop: under a minute.
+quick: check-sync lint unit
+
+# JOBS chapters at a time (as make book and make exercises): pytest-xdist gives
 # each worker whole notebooks (--dist loadfile), each in a kernel of its own.
 nbval: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider -n $(BOOK_JOBS) --dist loadfile --nbval chapters --nbval-current-env \
+	$(PY) -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval chapters --nbval-current-env \
 		--nbval-sanitize-with tools/sanitize.cfg --nbval-cell-timeout=900 -o addopts=""
 
 exercises: $(STAMP)
@@ -88,7 +107,7 @@ exercises: $(STAMP)
 
 # nbgrader, as a teacher runs it, over every chapter (tests/test_nbgrader.py says what it grades).
 nbgrader: $(STAMP)
-	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider
+	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider -rs
 
 test: check-sync lint pytest nbval exercises nbgrader
 
@@ -100,13 +119,28 @@ execute: $(STAMP)
 checkpoint: $(STAMP)
 	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
 
+# Retrain the language model that chapter 11 loads: chapter 12's train command on
+# transformer/configs/lm.toml (about 11 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the
+# same train command by hand to resume an interrupted run), then copied into the package.
+lm-checkpoint: $(STAMP)
+	rm -rf runs/lm-checkpoint
+	$(PY) -m transformer train transformer/configs/lm.toml --out runs/lm-checkpoint --no-progress
+	rm -rf transformer/checkpoints/tang_poems
+	cp -r runs/lm-checkpoint/model transformer/checkpoints/tang_poems
+
 # The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
 # `site` renders the committed outputs. Open _build/html/index.html.
 book: $(STAMP)
 	$(PY) tools/book.py
 
+# EDITION=student: the site without solutions or hidden tests, into _build/student/html/.
 site: $(STAMP)
-	$(PY) tools/website.py
+	$(PY) tools/website.py $(if $(EDITION),--edition $(EDITION))
+
+# The whole book as one PDF, printed by the system's Chromium from the site (tools/pdf.py):
+# _build/book.pdf, or _build/book-student.pdf with EDITION=student.
+pdf: $(STAMP)
+	$(PY) tools/pdf.py $(if $(EDITION),--edition $(EDITION))
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)

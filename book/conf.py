@@ -21,22 +21,41 @@ sys.path.insert(0, str(ROOT))  # the package, for autodoc
 sys.path.insert(0, str(ROOT / "tools"))
 
 from docstrings import plain_text_to_rest  # noqa: E402
+from project_info import (  # noqa: E402
+    distribution_name,
+    package_version,
+    python_versions,
+    repository_url,
+)
 
 # Sphinx rebuilds pages when their sources or the config values change, not when the
 # code that renders them does: this fingerprint of that code is a config value, so
 # editing this file or the site's tools rebuilds every page.
+# The templates count too: Sphinx notices a changed template, not a removed one.
 book_code = hashlib.sha256(b"".join(
-    path.read_bytes() for path in (Path(__file__), ROOT / "tools" / "docstrings.py",
-                                   ROOT / "tools" / "website.py"))).hexdigest()
+    path.read_bytes() for path in [Path(__file__), *sorted((ROOT / "book" / "_templates").rglob("*.html")),
+                                   *(ROOT / "tools" / name for name in (
+                                       "docstrings.py", "website.py", "search_cjk.py",
+                                       "project_info.py"))])).hexdigest()
+
+# The version, supported Pythons and repository address, each from the one place it is
+# set (tools/project_info.py). The repository's address is `Repository` under
+# [project.urls] in pyproject.toml; until one is published, pages say so.
+REPOSITORY = repository_url()
 
 project = "Building a Transformer, step by step"
 author = "the authors of the book"
 copyright = "the authors of the book, MIT licence"  # noqa: A001
 language = "en"
+version = release = package_version()
+# `make site EDITION=student` builds with the tag `student`: no solutions, no hidden tests.
+EDITION = "student" if tags.has("student") else "full"  # noqa: F821 (Sphinx's tags)
 
 extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
+    "sphinx_copybutton",
+    "search_cjk",  # tools/search_cjk.py: Chinese in the search index, snippets from file://
 ]
 
 # --- sources -------------------------------------------------------------------
@@ -45,7 +64,8 @@ exclude_patterns = ["_generated/**", "**.ipynb_checkpoints"]
 # fresh kernels before Sphinx runs, `make site` uses the committed outputs.
 nb_execution_mode = "off"
 nb_merge_streams = True
-myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "substitution"]
+myst_substitutions = {"python_versions": python_versions(), "version": version}
 myst_dmath_double_inline = True  # $$...$$ inside a paragraph (chapters 07, 08)
 myst_heading_anchors = 3
 suppress_warnings = ["mystnb.unknown_mime_type"]
@@ -53,10 +73,13 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 # --- HTML ----------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
 html_title = "Building a Transformer"
+templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
+html_js_files = ["book.js"]
 html_sourcelink_suffix = ""  # the download button offers NN_name.ipynb itself
-html_last_updated_fmt = None
+html_last_updated_fmt = "%Y-%m-%d"  # the footer's build date (book/_templates/build-info.html)
+html_last_updated_use_utc = True
 html_permalinks_icon = "#"
 html_theme_options = {
     "home_page_in_toc": True,
@@ -70,13 +93,28 @@ html_theme_options = {
     "navigation_with_keys": False,
     # No icon links, no analytics, no version switcher: nothing that points off the site.
     "icon_links": [],
+    "footer_content_items": ["copyright.html", "build-info.html"],
 }
-html_context = {"default_mode": "auto"}  # light or dark from the reader's system; a toggle
+html_context = {
+    "default_mode": "auto",  # light or dark from the reader's system; a toggle
+    "book_repository": REPOSITORY,
+    "book_distribution": distribution_name(),
+    "book_edition": EDITION,
+}
 html_copy_source = True
-# Search works from file:// (searchindex.js is a script), but the snippet under each
-# result is fetched from the result's page, which a browser refuses on file://.
-html_show_search_summary = False
+# Search works from file:// (searchindex.js is a script). The snippet under each result,
+# which Sphinx fetches from the result's page (refused on file://), comes from the pages'
+# text in _static/page_texts.js instead (tools/search_cjk.py, book/_static/search.js).
+html_show_search_summary = True
 html_show_sourcelink = False
+
+# --- copy buttons on code (sphinx-copybutton): the code of cells and of code blocks,
+# never outputs; a shell prompt ($) or Python's (>>>, ...) is not copied.
+copybutton_selector = "article div.highlight:not(.cell_output *) > pre"
+copybutton_exclude = ".linenos, .gp, .go"
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
 
 # --- math: MathJax 3 from _static/mathjax, never a CDN ---------------------------
 # The files come from the pinned package sphinx-mathjax-offline (MathJax 3.2.2); its
@@ -93,6 +131,9 @@ mathjax3_config = {
 autodoc_member_order = "bysource"
 autodoc_inherit_docstrings = False  # torch's own docstrings (forward, extra_repr) stay out
 autodoc_typehints = "signature"
+# Defaults as the source writes them (`path=CORPUS_PATH`), not their value on the machine
+# that built the site (a PosixPath('/home/...') in every signature that takes a path).
+autodoc_preserve_defaults = True
 autodoc_class_signature = "mixed"
 add_module_names = False
 python_display_short_literal_types = True

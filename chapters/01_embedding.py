@@ -190,6 +190,7 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 # %%
 #| export
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -202,7 +203,7 @@ def _check_int(name: str, value: object, minimum: int = 1) -> int:
         kind = {0: "a non-negative integer", 1: "a positive integer"}.get(
             minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
-    return value
+    return cast(int, value)  # a SymInt stands for an int while tracing
 
 
 def _check_float(name: str, value: object, low: float, high: float = math.inf,
@@ -211,9 +212,8 @@ def _check_float(name: str, value: object, low: float, high: float = math.inf,
 
     NaN fails every comparison, so it is refused too; so are bools and infinities.
     """
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and (low <= value if low_closed else low < value) and value < high)
-    if not ok:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not (low <= value if low_closed else low < value) or not value < high):
         interval = f"{'[' if low_closed else '('}{low:g}, {high:g})"
         raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
     return float(value)
@@ -456,6 +456,14 @@ assert norms["Xavier uniform"][1] < 0.5 * pe_norm  # Xavier + scale: position do
 # order, times $\sqrt{d_{\text{model}}}$. The padding row is the empty stripe at the top.
 
 # %%
+#| fig-cap: The embedding table and one lookup. Left: the table $\sqrt{d}\,W_e$, one row of 16
+#|   numbers per token of the toy vocabulary, the rows of the running example outlined;
+#|   the `<pad>` row is all zeros. Right: looking up `<bos> I love apples <eos>` returns
+#|   those rows in sentence order.
+#| fig-alt: Two heat maps of values between about -2 and 2. Left: 13 rows, one per token from
+#|   <pad> to pears, by 16 dimensions; the <pad> row is blank and the rows of <bos>,
+#|   <eos>, I, love and apples are framed. Right: five rows, <bos>, I, love, apples,
+#|   <eos>, the same colours as the framed rows.
 embed = TokenEmbedding(len(itos), 16, padding_idx=stoi["<pad>"])
 with torch.no_grad():
     table_scaled = embed.embedding.weight * embed.scale  # [V, 16]
@@ -480,6 +488,14 @@ plt.show()
 # against the norm of the positional encoding it will be added to (log scale).
 
 # %%
+#| fig-cap: How long a token vector is when it enters the model ($d_{model} = 512$, a
+#|   37,000-token vocabulary) for three initialisations, without and with the
+#|   $\sqrt{d_{model}}$ scale, against the norm of the positional encoding it is added to
+#|   (dashed); log scale.
+#| fig-alt: Bar chart on a log scale with a dashed line at 16, the positional encoding's norm.
+#|   For N(0, 1), N(0, 1/d) and Xavier uniform initialisation, a blue bar without the
+#|   scale and an orange bar with it: about 23 and 500 for N(0, 1), about 1 and 23 for
+#|   N(0, 1/d), about 0.2 and 4 for Xavier uniform.
 fig, ax = plt.subplots(figsize=(7, 3.8))
 names = list(norms)
 positions = torch.arange(len(names)).float()

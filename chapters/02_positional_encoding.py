@@ -222,6 +222,8 @@ class PositionalEncoding(nn.Module):
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
+    pe: Tensor  # [max_len, d_model], a buffer (for type checkers: register_buffer is dynamic)
+
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
         super().__init__()
         _check_int("d_model", d_model)
@@ -310,6 +312,9 @@ class RotaryEmbedding(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
+
+    cos: Tensor  # [max_len, d_head / 2], buffers (for type checkers: register_buffer is dynamic)
+    sin: Tensor
 
     def __init__(self, d_head: int, max_len: int = 5000):
         super().__init__()
@@ -609,6 +614,14 @@ assert token_hit == 1.0 and pos_hit > 0.75 and near_hit > 0.95
 # over 100 positions.
 
 # %%
+#| fig-cap: The sinusoidal positional encoding for $d_{model} = 128$ and positions 0 to 99: one
+#|   row per position, one column per dimension. The columns on the left (high
+#|   frequencies) change from row to row; those on the right (low frequencies) barely
+#|   change over 100 positions.
+#| fig-alt: Heat map, 100 positions down and 128 dimensions across, from -1 (blue) to 1 (red).
+#|   On the left, fine stripes alternate quickly down each column; moving right they
+#|   widen into slow bands, and the last columns are nearly constant, red for the cosine
+#|   dimensions and white for the sine ones.
 fig, ax = plt.subplots(figsize=(10, 4))
 im = ax.imshow(sinusoidal_encoding(100, 128), cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
 ax.set(xlabel="dimension j (even: sin, odd: cos)", ylabel="position pos",
@@ -623,6 +636,14 @@ plt.show()
 # Right: four of the sine dimensions along the positions.
 
 # %%
+#| fig-cap: Left: the wavelength $2\pi/\omega_i$ of each pair of dimensions grows geometrically
+#|   from $2\pi$ to nearly $10000 \cdot 2\pi$ positions, a straight line on a log scale
+#|   ($d_{model} = 512$). Right: four sine dimensions along 100 positions, with
+#|   wavelengths 6, 20, 63 and 199.
+#| fig-alt: Left: a straight rising line on a log scale, the wavelength from about 6 to about
+#|   60,000 positions against the pair index, 0 to 255. Right: four sine curves between
+#|   -1 and 1 over positions 0 to 99; dimension 0 oscillates fastest, dimension 192 makes
+#|   only half a period.
 i = torch.arange(D // 2)
 wavelength = 2 * math.pi * 10000 ** (2 * i / D)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -646,6 +667,16 @@ plt.show()
 # the curves lie exactly on top of each other.
 
 # %%
+#| fig-cap: The relative-offset property. Left: one pair of dimensions puts each position on the
+#|   unit circle; positions 3 and 10, and 20 and 27, both 7 apart, are the same angle
+#|   apart. Middle: the dot products $PE(p)\cdot PE(q)$ are constant along every
+#|   diagonal. Right: $PE(pos)\cdot PE(pos+k)$ against the offset $k$, from three
+#|   starting positions: the curves coincide.
+#| fig-alt: Three panels. Left: a unit circle with two pairs of points joined to its centre,
+#|   blue for positions 3 and 10, orange for 20 and 27, each pair 89 degrees apart.
+#|   Middle: a 128 by 128 heat map, brightest on the main diagonal and fading evenly away
+#|   from it. Right: three wavy decreasing curves, from about 256 at offset 0 to about
+#|   125 at offset 63, lying exactly on top of one another.
 table = sinusoidal_encoding(128, D)  # [128, 512]
 fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.9), gridspec_kw={"width_ratios": [0.8, 1, 1.2]})
 pair = 42  # dimensions 84 and 85: wavelength about 28.5 positions, so 7 steps turn ~90 degrees

@@ -643,6 +643,16 @@ assert all(abs(stats[True][i][0] - stats[True][0][0]) < 0.1 for i in range(len(s
 # The figure puts the three measurements side by side.
 
 # %%
+#| fig-cap: Why the scores are divided by $\sqrt{d_k}$, measured for head sizes $d_k$ from 1 to
+#|   1024. Left: the variance of a raw score $q\cdot k$ grows like $d_k$, while the
+#|   scaled score keeps variance 1. Middle and right: without the division the softmax
+#|   saturates (its largest weight nears 1) and its gradient vanishes; with it, both stay
+#|   where they were at $d_k = 1$.
+#| fig-alt: Three line plots against d_k on a log axis, raw scores as blue circles and scaled
+#|   scores as orange squares. Left: the raw variance rises along the dotted line d_k
+#|   from 1 to about 1000, the scaled one stays at 1. Middle: the raw mean largest weight
+#|   climbs from about 0.27 to 0.97, the scaled one stays near 0.3. Right: the raw
+#|   gradient norm falls from about 0.33 to 0.05, the scaled one stays near 0.34.
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 axes[0].loglog(sizes, variance_raw, "o-", label=r"$q\cdot k$")
 axes[0].loglog(sizes, variance_scaled, "s-", label=r"$q\cdot k/\sqrt{d_k}$")
@@ -709,6 +719,14 @@ assert largest["raw (scale=1)"] > 20 * largest["scaled (default)"]  # raw: a few
 # cross-attention, chapter 05).
 
 # %%
+#| fig-cap: Attention weights on the running example: rows are the queries, columns the keys,
+#|   and each row sums to 1. Left: an untrained head spreads its weight over every key.
+#|   Right: a head set by hand, in which the subject and the object attend to the verb,
+#|   the verb to both of them, and the markers to themselves.
+#| fig-alt: Two 5 by 5 grids of weights with <bos>, I, love, apples and <eos> on both axes.
+#|   Left, the untrained head: every row spread out, no weight above 0.45. Right, the
+#|   hand-made head: I and apples put 0.83 on love, love puts 0.42 on I and 0.42 on
+#|   apples, and <bos> and <eos> put 0.83 on themselves.
 wants = torch.tensor([  # row i: how much query i asks for each key (one-hot keys as above)
     [3.0, 0, 0, 0, 0],  # <bos>  -> itself
     [0, 0, 3, 0, 0],  # I      -> love

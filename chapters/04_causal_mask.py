@@ -280,6 +280,15 @@ print(f"broadcast result  {tuple(torch.broadcast_shapes(both.shape, scores.shape
 # default matplotlib font has no Chinese characters):
 
 # %%
+#| fig-cap: The masks of a batch of two target sentences, broadcast to one grid of queries
+#|   (rows) by keys (columns) per sentence; T means "may attend". Left: the padding mask,
+#|   the same for every query. Middle: the causal mask, the same for every sentence.
+#|   Right: both combined.
+#| fig-alt: Two rows of three 5 by 5 grids, green cells marked T where attending is allowed.
+#|   Sentence 0, wǒ xǐhuan píngguǒ between <bos> and <eos>: the padding mask is all
+#|   green, the causal and combined masks are green on and below the diagonal. Sentence
+#|   1, píngguǒ followed by two <pad>: the padding mask's last two columns are empty, and
+#|   the combined mask is the lower triangle without those two columns.
 pinyin = {"<bos>": "<bos>", "我": "wǒ", "喜欢": "xǐhuan", "苹果": "píngguǒ", "<eos>": "<eos>",
           "<pad>": "<pad>", "爱": "ài", "你": "nǐ"}
 fig, axes = plt.subplots(2, 3, figsize=(11, 7))
@@ -532,6 +541,12 @@ assert leak == 0.0
 
 
 # %%
+#| fig-cap: No future leak, as a dependency map: the size of the gradient of output $i$ with
+#|   respect to input $j$ (log scale; white is exactly 0). Without a mask every output
+#|   depends on every input; with the causal mask no output depends on a later input.
+#| fig-alt: Two 6 by 6 heat maps, output position i down and input position j across. Left,
+#|   without a mask: every cell is coloured. Right, with the causal mask: every cell
+#|   above the diagonal is white, the cells on and below it coloured.
 def dependency_map(mask):
     """[T, T]: norm of d out_i / d x_j for one sentence, by autograd."""
     xs = x[:1].clone().requires_grad_()

@@ -225,6 +225,34 @@ def _check_attention_inputs(
 
 
 # %% [markdown]
+# A mask broadcasts from the right, so a `[B, Tk]` padding mask (the key-padding form of
+# other libraries) is read as `[Tq, Tk]`, and a `[B, Tq, Tk]` mask as `[heads, Tq, Tk]`.
+# When $B \ne T_q$ (or $B \ne h$) that fails to broadcast and chapter 03 says so; when the
+# sizes happen to coincide it would be accepted and silently wrong (chapter 04, section
+# 9). The module knows which axis is the batch, so it refuses those two ambiguous shapes
+# and says how to write the mask instead.
+
+# %%
+#| export
+def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name: str = "mask") -> None:
+    """A ValueError for a mask whose axes are ambiguous: [B, Tk] read as [Tq, Tk] when B == Tq,
+    or [B, Tq, Tk] read as [heads, Tq, Tk] when B == heads."""
+    if not isinstance(mask, Tensor):
+        return  # chapter 03's check names a mask that is not a tensor
+    if mask.dim() == 2 and mask.size(0) > 1 and mask.size(0) == batch == q_len:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} is ambiguous: with batch == q_len == {batch} it may be "
+            "[batch, k_len] padding or a [q_len, k_len] pattern, and would be read as the pattern; pass "
+            "padding as mask[:, None, None, :] ([batch, 1, 1, k_len]) or a pattern as mask[None, None] "
+            "([1, 1, q_len, k_len])")
+    if mask.dim() == 3 and mask.size(0) > 1 and mask.size(0) == batch == num_heads:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} is ambiguous: with batch == num_heads == {batch} it may be "
+            "[batch, q_len, k_len] or [num_heads, q_len, k_len], and would be read per head; pass "
+            "mask[:, None] ([batch, 1, q_len, k_len]) or mask[None] ([1, num_heads, q_len, k_len])")
+
+
+# %% [markdown]
 # ### The module
 #
 # Four `nn.Linear` layers hold $W^Q, W^K, W^V, W^O$, named `q_proj`, `k_proj`, `v_proj`
@@ -444,10 +472,12 @@ class MultiHeadAttention(nn.Module):
                                  "cache that already holds the keys and values (generation, chapter 10)")
         _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
                                 None if reuse else key, None if reuse else value)
-        if reuse:
+        _check_mask_axes(mask, query.size(0), self.num_heads, query.size(1))
+        if reuse and cache is not None:
             q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
         else:
+            assert key is not None and value is not None  # checked above
             q, k, v = map(self.split_heads, self.project(query, key, value,
                                                        stack=cache is None))  # [B, h or h_kv, T, d_head]
             if self.rotary is not None:  # new positions start after the cached ones
@@ -755,9 +785,14 @@ assert torch.allclose(torch.cat(steps_cross, 1), mha(tgt, memory[:1], memory[:1]
 # **Bad input fails with a message that says what was expected:**
 
 # %%
+x4 = torch.randn(4, 4, d_model)  # batch 4, length 4: as many sentences as positions
+pad4 = torch.tensor([[True] * 4, [True] * 3 + [False], [True] * 2 + [False] * 2, [True] + [False] * 3])
+x2 = torch.randn(h, 4, d_model)  # batch 2: as many sentences as heads
 for bad in (lambda: MultiHeadAttention(10, 3),
             lambda: mha(src[0], src[0], src[0]),  # rank 2: batch axis missing
-            lambda: mha(queries[:2], memory[:1], memory[:1])):  # batch 2 vs 1
+            lambda: mha(queries[:2], memory[:1], memory[:1]),  # batch 2 vs 1
+            lambda: mha(x4, x4, x4, pad4),  # [B, Tk] padding with B == Tq
+            lambda: mha(x2, x2, x2, pad4[:h, None, :].expand(h, 4, 4))):  # [B, Tq, Tk] with B == heads
     try:
         bad()
     except ValueError as e:
@@ -794,6 +829,13 @@ assert torch.equal(drop(src, src, src)[0], drop(src, src, src)[0])
 # super-diagonal). Nobody told them to: the task made them.
 
 # %%
+#| fig-cap: Attention weights of the models trained on the neighbour task, on one sequence of 12
+#|   positions (rows: queries, columns: keys). The single head settles on one neighbour;
+#|   the two heads of the multi-head model split the job, one reading the right neighbour
+#|   and the other the left one.
+#| fig-alt: Three 12 by 12 heat maps, query position down and key position across, each with a
+#|   bright band beside the diagonal. One head: mostly just left of the diagonal. Two
+#|   heads: head 0 just right of the diagonal, head 1 just left of it.
 sample = neighbour_batch(1, torch.Generator().manual_seed(1))[0]  # [1, SEQ]
 with torch.no_grad():
     w_one = one_head(sample)[1][0]  # [SEQ, SEQ]

@@ -135,6 +135,8 @@ assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
 
 # %%
 #| export
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -174,7 +176,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        self.activation = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}[activation]
+        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
+        self.activation = functions[activation]
         self.gate = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # W_g, b_g
 
     def forward(self, x: Tensor) -> Tensor:
@@ -326,6 +329,15 @@ print(f"base model, all layers: FFNs {ffn_total:,} parameters, attention {attn_t
 assert ffn_total > attn_total
 
 # %%
+#| fig-cap: Left: the activation inside the feed-forward network, ReLU as in the paper and GELU
+#|   as in BERT and GPT. Right: the parameters of one layer of the base model ($d_{model}
+#|   = 512$, $d_{ff} = 2048$): the feed-forward network holds two thirds of an encoder
+#|   layer and half of a decoder layer.
+#| fig-alt: Left: two curves over z from -3 to 3; ReLU is zero up to 0 and then the line z, GELU
+#|   is close to it but smooth, dipping slightly below zero for negative z. Right: two
+#|   stacked bars in millions of parameters: the encoder layer, about 3.2, of which about
+#|   1 self-attention and about 2.1 FFN; the decoder layer, about 4.2, of which about 1
+#|   self-attention, 1 cross-attention and 2.1 FFN; the LayerNorms are too small to see.
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 z = torch.linspace(-3, 3, 301)
 ax1.plot(z, F.relu(z), label="ReLU (paper)")

@@ -216,6 +216,7 @@ def _verb_phrase(verb: tuple, tense: str, mood: str, third: bool) -> tuple[list[
     }
     aux, word, zh_pre, zh_verb = table[tense, mood]
     if mood == "question":
+        assert aux is not None  # every question of the table has its auxiliary
         return [aux], [word], zh_pre, zh_verb
     if mood == "negation":
         return [], [aux, "not", word], zh_pre, zh_verb
@@ -713,8 +714,8 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
         The ids, [B, T], dtype long.
 
     Raises:
-        ValueError: seqs is empty, one of its sequences is empty, or pad_id is not a
-            non-negative integer.
+        ValueError: seqs is empty, one of its sequences is empty or holds something other
+            than integer ids, or pad_id is not a non-negative integer.
     """
     _check_int("pad_id", pad_id, 0)
     if len(seqs) == 0:
@@ -722,6 +723,9 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
     lengths = [len(s) for s in seqs]
     if min(lengths) == 0:
         raise ValueError(f"sequence {lengths.index(0)} of the batch is empty")
+    for i, s in enumerate(seqs):
+        if isinstance(s, str) or not all(isinstance(x, int) and not isinstance(x, bool) for x in s):
+            raise ValueError(f"seqs must hold sequences of integer ids; sequence {i} is {list(s)[:5]!r}")
     out = torch.full((len(seqs), max(lengths)), pad_id, dtype=torch.long)  # [B, T]
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
@@ -970,6 +974,12 @@ assert torch.allclose(label_smoothed_cross_entropy(demo_logits, demo_labels, eps
 # smoothing the best possible loss is the entropy of $q$, reached at finite logits.
 
 # %%
+#| fig-cap: What the model is asked to predict at the first position of `我 喜欢 苹果`, whose label
+#|   is `我`: the one-hot target (left) and the target smoothed with $\varepsilon = 0.1$
+#|   (right), on a log scale.
+#| fig-alt: Two bar charts over the 73 Chinese word ids, log scale. Left: a single red bar of
+#|   height 1 at the label's id, nothing else. Right: the red bar just under 1 and every
+#|   other word a blue bar of about 0.0014.
 eps = 0.1
 label = tgt_vocab.stoi["我"]
 q = torch.full((V,), eps / V)
@@ -1076,6 +1086,14 @@ def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1
 
 
 # %%
+#| fig-cap: The paper's learning-rate schedule: a linear warm-up, then a decay as
+#|   $1/\sqrt{\text{step}}$, for two model widths and two warm-up lengths. A wider model
+#|   takes smaller steps; a longer warm-up peaks later and lower.
+#| fig-alt: Three curves of the learning rate over 20,000 steps, each rising in a straight line
+#|   to a peak and then decaying: d_model 256 with warm-up 4000 peaks highest, near 0.001
+#|   at step 4000; d_model 512 with warm-up 4000 peaks near 0.0007 at step 4000; d_model
+#|   512 with warm-up 8000 peaks near 0.0005 at step 8000, after which it follows the
+#|   same decay as the other d_model 512 curve.
 steps = range(1, 20_001)
 fig, ax = plt.subplots(figsize=(7, 3.5))
 for d, w in ((512, 4000), (512, 8000), (256, 4000)):
@@ -1136,10 +1154,10 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 
 # %%
 #| export
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 LossFn = Callable[[torch.nn.Module, Any], tuple[Tensor, int]]  # (model, batch) -> (mean loss, tokens)
 
@@ -1163,7 +1181,7 @@ def translation_loss(model: torch.nn.Module, batch: tuple[Tensor, Tensor], eps: 
         raise ValueError(f"a translation batch must be a pair (src [B, S], tgt [B, T]), got "
                          f"{type(batch).__name__}{f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''}")
     src, tgt = batch
-    decoder_input, labels = shift_targets(tgt, model.pad_id)  # [B, T-1] each
+    decoder_input, labels = shift_targets(tgt, cast(int, model.pad_id))  # [B, T-1] each
     logits = model(src, decoder_input)  # [B, T-1, V]
     return label_smoothed_cross_entropy(logits, labels, eps), int((labels != IGNORE_INDEX).sum())
 
@@ -1432,7 +1450,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
     model = state.model
     history: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [],
                                        "valid_step": [], "valid_loss": [], "seconds": []}
-    per_epoch = None if callable(batches) or not hasattr(batches, "__len__") else len(batches)
+    per_epoch = len(batches) if isinstance(batches, Sized) and not callable(batches) else None
     bar = tqdm(total=per_epoch and epochs * per_epoch, disable=not progress, mininterval=10.0, unit="step")
     start, was_training = time.perf_counter(), model.training
     devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
@@ -1510,8 +1528,8 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
     _check_int("seed", seed, 0)  # fit takes None too; here it also orders the batches
-    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=model.max_len,
-                     pad_id=model.pad_id)
+    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=cast(int, model.max_len),
+                     pad_id=cast(int, model.pad_id))
     valid = encode(valid_pairs, batch_size=500) if valid_pairs else None
     state = TrainState(model, *make_optimizer(model, warmup, factor))
     return fit(state, lambda epoch: encode(train_pairs, batch_size=batch_size, shuffle=True, seed=seed + epoch),
@@ -1536,7 +1554,7 @@ import json
 from pathlib import Path
 
 import transformer as _package
-from transformer.model import Transformer, _json_text, read_pretrained_config
+from transformer.model import Transformer, _as_directory, _json_text, read_pretrained_config
 
 TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
@@ -1629,7 +1647,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
         ValueError: a file is malformed (the message names it and says what is wrong), or
             only one of the two vocabulary files is there.
     """
-    directory = Path(directory)
+    directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
     metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
     if not isinstance(metrics, dict):
@@ -1786,6 +1804,13 @@ assert history["valid_loss"][-1] < floor + 0.1, "the validation loss is far from
 assert history["valid_loss"][-1] < history["valid_loss"][0]
 
 # %%
+#| fig-cap: Training the toy translator: the loss of every batch, the validation loss after each
+#|   epoch and, on the right axis, the learning rate. The loss falls to the floor that
+#|   label smoothing sets, the entropy of the smoothed target.
+#| fig-alt: Line plot over about 800 steps. The training loss (thin blue) falls from about 4.5
+#|   to below 1 in the first 200 steps; the validation loss (orange dots, one per epoch)
+#|   stays just above a dotted floor line near 0.75; the learning rate (green, right
+#|   axis) rises linearly to its peak at step 300, then decays.
 fig, ax = plt.subplots(figsize=(8, 3.5))
 ax.plot(history["step"], history["loss"], lw=0.6, alpha=0.6, label="training loss (per batch)")
 ax.plot(history["valid_step"], history["valid_loss"], "o-", label="validation loss (per epoch)")

@@ -49,8 +49,8 @@ import torch.nn.functional as F
 
 from transformer.blocks import RMSNorm
 from transformer.feedforward import FeedForward
-from transformer.generation import KVCache, eval_mode
-from transformer.lm import LanguageModel, generate, lm_loss, perplexity
+from transformer.generation import KVCache, eval_mode, generate
+from transformer.lm import LanguageModel, lm_loss, perplexity
 from transformer.masks import causal_mask
 from transformer.model import count_parameters
 from transformer.multihead import MultiHeadAttention
@@ -381,8 +381,8 @@ print(f"cached vs full pass: {cache_error:.0e}; fused vs explicit attention: {fu
 assert cache_error < 1e-4 and fused_error < 1e-5
 assert torch.equal(after[:, :25], full[:, :25]) and not torch.equal(after[:, 25:], full[:, 25:])
 prompt = torch.tensor([vocab.encode("床前明月光，")[:-1]] * 2)
-assert torch.equal(generate(modern, prompt, 20, greedy=True, use_cache=True),
-                   generate(modern, prompt, 20, greedy=True, use_cache=False))
+assert torch.equal(generate(modern, prompt, 20, use_cache=True),
+                   generate(modern, prompt, 20, use_cache=False))
 print("cache, causality and generation: as in chapter 11")
 
 # %%
@@ -439,6 +439,16 @@ assert all(row["long"] > row["short"] for row in table.values()), "no variant ga
 assert all(row["seconds"] < 60 for row in table.values())
 
 # %%
+#| fig-cap: Left: the validation perplexity (context 64) of the 2017 model, a second seed of it,
+#|   each refinement alone and all four together; the grey band is the spread between the
+#|   two seeds, so a bar inside it differs by no more than noise. Right: the attention
+#|   score with rotary positions of one query and one key, moved together along the
+#|   sequence: it depends only on their distance.
+#| fig-alt: Left: horizontal bars of validation perplexity for 2017, 2017 with seed 1, RoPE,
+#|   RMSNorm, SwiGLU with d_ff 168, GQA with 2 KV heads, and all four, over a grey band
+#|   marking the 2017 seed spread; the RoPE and all-four bars end to the left of the
+#|   band. Right: a 48 by 48 heat map of scores, query position down and key position
+#|   across, made of stripes that run parallel to the diagonal.
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 names = list(table)
 ax1.barh(names, [table[n]["short"] for n in names], color=["gray", "gray"] + ["C0"] * (len(names) - 2))

@@ -215,10 +215,7 @@ def test_cache_dicts_are_created_per_layer():
     """The chapter-10 hook: with caches, each layer gets "self" and "cross" sub-dicts."""
     dec = Decoder(2, D, H, FF).eval()
     caches = [{}, {}]
-    try:
-        dec(torch.randn(1, 1, D), torch.randn(1, 4, D), caches=caches)
-    except TypeError as err:  # MultiHeadAttention without cache support yet (chapter 05)
-        pytest.skip(f"MultiHeadAttention has no cache argument yet: {err}")
+    dec(torch.randn(1, 1, D), torch.randn(1, 4, D), caches=caches)
     for cache in caches:
         assert set(cache) == {"self", "cross"}
 
@@ -230,12 +227,8 @@ def test_incremental_decoding_matches_full():
     y, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
     full = dec(y, memory, causal_mask(5), padding_mask(SRC[:2]))
     caches = [{} for _ in dec.layers]
-    steps = []
-    try:
-        for t in range(5):
-            steps.append(dec(y[:, t:t + 1], memory, None, padding_mask(SRC[:2]), caches=caches))
-    except TypeError as err:
-        pytest.skip(f"MultiHeadAttention has no cache argument yet: {err}")
+    steps = [dec(y[:, t:t + 1], memory, None, padding_mask(SRC[:2]), caches=caches)
+             for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 
 

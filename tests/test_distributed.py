@@ -80,10 +80,25 @@ def runs(tmp_path_factory):
 
 # ---- configs ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["book", "base", "big"])
+def test_example_prints_each_shipped_config(tmp_path, capsys):
+    """`train --example NAME` prints the config shipped in the package, ready to edit and load."""
+    from transformer.__main__ import main
+    from transformer.distributed import example_configs
+
+    assert example_configs() == ["base", "big", "book", "lm"]
+    for name in example_configs():
+        assert main(["train", "--example", name]) == 0
+        text = capsys.readouterr().out
+        assert text == (ROOT / "transformer" / "configs" / f"{name}.toml").read_text(encoding="utf-8")
+        (tmp_path / f"{name}.toml").write_text(text, encoding="utf-8")
+        load_config(tmp_path / f"{name}.toml")
+
+
+@pytest.mark.parametrize("name", ["book", "base", "big", "lm"])
 def test_shipped_configs_load(name):
-    config = load_config(ROOT / "configs" / f"{name}.toml")
-    if name != "book":
+    config = load_config(ROOT / "transformer" / "configs" / f"{name}.toml")
+    assert config["model"]["task"] == ("lm" if name == "lm" else "translation")
+    if name not in ("book", "lm"):
         assert config["model"]["paper"] == name and config["model"]["num_encoder_layers"] == 6
         assert config["model"]["d_model"] == {"base": 512, "big": 1024}[name]
 
@@ -102,6 +117,11 @@ def test_shipped_configs_load(name):
     ({"model": {"d_model": 30, "num_heads": 4}}, ["model.d_model", "model.num_heads"]),
     ({"model": {"dropout": 1.0}}, ["model.dropout"]),
     ({"data": {"pairs": 3}}, ["data.pairs"]),
+    ({"model": {"task": "chat"}}, ["model.task", "'lm'"]),
+    ({"model": {"task": "lm", "max_len": 16}, "data": {"seq_len": 32}}, ["data.seq_len", "model.max_len"]),
+    ({"train": {"lr": 0.0}}, ["train.lr"]),
+    ({"train": {"save_dtype": "int8"}}, ["train.save_dtype", "float16"]),
+    ({"train": {"eval_every": -1}}, ["train.eval_every"]),
     ({"model": [1, 2]}, ["model", "table"]),
     ([1, 2], ["dict"]),
 ])
@@ -339,3 +359,59 @@ def test_cuda_fp16_with_a_grad_scaler_trains(tmp_path):
 def test_fp16_on_a_cpu_is_refused(tmp_path):
     with pytest.raises(ValueError, match="fp16"):
         train_from_config(tiny(precision="fp16", device="cpu"), tmp_path / "x", progress=False, verbose=False)
+
+
+# ---- the language model (task = "lm") -----------------------------------------------------
+
+TINY_LM = {"model": {"task": "lm", "d_model": 16, "num_heads": 2, "num_layers": 1, "d_ff": 32, "dropout": 0.0,
+                     "max_len": 16},
+           "data": {"min_count": 50, "seq_len": 16},
+           "train": {"steps": 4, "batch_size": 8, "warmup": 2, "lr": 3e-3, "checkpoint_every": 2,
+                     "log_every": 2, "eval_every": 2, "save_dtype": "float16"}}
+
+
+def test_language_model_on_two_processes_equals_one_and_loads(tmp_path):
+    """The LM task: 2 processes x 4 windows == 1 process x 8; the result loads with its vocabulary."""
+    from transformer.lm import LanguageModel, load_language_model
+
+    one = train_from_config(TINY_LM, tmp_path / "one", progress=False, verbose=False)
+    result = torchrun(tmp_path, TINY_LM, tmp_path / "two")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0 of 2 on cpu: lm" in result.stdout
+    assert max_difference(tmp_path / "one", tmp_path / "two") < 1e-3  # float16 files: compare at their precision
+    two = metrics(tmp_path / "two")
+    for a, b in zip(one["loss"], two["losses"], strict=True):
+        assert abs(a - b) <= TOLERANCE * a
+    assert [step for step, _ in two["valid_curve"]] == [2, 4] and one["valid_curve"][-1][1] == one["valid_loss"]
+    model, vocab, stored = load_language_model(tmp_path / "two" / "model")
+    assert isinstance(model, LanguageModel) and next(model.parameters()).dtype == torch.float32
+    assert len(vocab) == model.vocab_size and stored["step"] == 4
+    assert weights(tmp_path / "two")["embed.embedding.weight"].dtype == torch.float16
+
+
+def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path):
+    from transformer.distributed import lm_epoch_batches
+
+    stream = torch.arange(1000) + 4  # every id its own position
+    batches = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=3, world_size=2)
+    starts = sorted(int(inputs[i, 0]) for inputs, _ in batches for i in range(4))
+    offset = (starts[0] - 4) % 10  # the epoch's random offset
+    assert len(set(starts)) == len(starts) and all((x - 4) % 10 == offset for x in starts)  # each window once
+    windows = -(-(1000 - offset - 1) // 10)  # ceil: sequential_windows pads the last one
+    assert len(batches) == windows // 4  # only the incomplete last batch is dropped
+    for inputs, labels in batches:
+        kept = labels[:, :-1] != -100  # the padded tail of the last window is ignored
+        assert torch.equal(labels[:, :-1][kept], inputs[:, 1:][kept])  # labels: the inputs shifted by one
+    again = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=3, world_size=2)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, again, strict=True))
+    other = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=4, world_size=2)
+    assert [int(x[0, 0]) for x, _ in other] != [int(x[0, 0]) for x, _ in batches]  # another epoch, another order
+    # A run killed after step 3 (last checkpoint: step 2) and resumed ends where an uninterrupted one does.
+    full = torchrun(tmp_path, TINY_LM, tmp_path / "full", processes=1)  # as the resumed run: one thread
+    assert full.returncode == 0, full.stderr[-3000:]
+    crashed = torchrun(tmp_path, TINY_LM, tmp_path / "crashed", processes=1, env={"TRANSFORMER_KILL_AT": "0:3"})
+    assert crashed.returncode != 0 and load_resume_checkpoint(tmp_path / "crashed" / "checkpoints")["step"] == 2
+    resumed = torchrun(tmp_path, TINY_LM, tmp_path / "crashed", processes=1)
+    assert resumed.returncode == 0 and "resuming at step 2" in resumed.stdout, resumed.stderr[-3000:]
+    assert max_difference(tmp_path / "full", tmp_path / "crashed", key_biases=True) == 0.0
+    assert metrics(tmp_path / "crashed")["valid_curve"] == metrics(tmp_path / "full")["valid_curve"]

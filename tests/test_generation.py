@@ -29,9 +29,6 @@ from transformer.multihead import MultiHeadAttention
 from transformer.training import TRANSLATOR_CHECKPOINT
 
 PAD, BOS, EOS = 0, 1, 2
-needs_checkpoint = pytest.mark.skipif(
-    not TRANSLATOR_CHECKPOINT.is_dir(), reason="the shipped translator (chapter 09) is missing"
-)
 
 
 def random_model(seed: int, vocab: int = 30, norm_first: bool = False, layers: int = 2,
@@ -143,8 +140,6 @@ def test_decoding_appends_to_the_preallocated_cache():
         out = greedy_decode(model, src, BOS, None, max_new_tokens=8)
     finally:
         KVCache.append = original
-    if not calls:
-        pytest.skip("MultiHeadAttention does not call cache.append yet (chapter 05's hook)")
     assert out.size(1) == 9
     assert calls == [1] * (8 * 2)  # one position per step and layer
     assert len(buffers) == 2  # one cache per layer ...
@@ -500,28 +495,24 @@ def test_cross_attention_weights_asks_for_the_weights():
 
 # --- the shipped translator ----------------------------------------------------------------
 
-@needs_checkpoint
 def test_translate_the_running_example():
     assert translate("I love apples") == "我 喜欢 苹果"
     assert translate("I love apples", beam_size=1) == "我 喜欢 苹果"
     assert translate(["I love apples", "i love apples"]) == ["我 喜欢 苹果"] * 2
 
 
-@needs_checkpoint
 def test_punctuation_follows_the_corpus():
     assert translate("I love apples.") == translate("I love apples!") == "我 喜欢 苹果"
     assert translate("Do you love apples?") == translate("do you love apples ?")
     assert translate("Do you love apples?").endswith("吗 ？")
 
 
-@needs_checkpoint
 @pytest.mark.parametrize("text", ["<eos> <pad>", "<unk>", "I love <bos> apples", "I love apples <EOS>"])
 def test_special_tokens_are_not_words(text):
     with pytest.raises(ValueError, match="special token"):
         translate(text)
 
 
-@needs_checkpoint
 @pytest.mark.parametrize("text, error, match", [
     (123, TypeError, "text"), (None, TypeError, "text"), (["I love apples", 5], TypeError, "text"),
     ([], ValueError, "at least one sentence"), ("", ValueError, "at least one word"),
@@ -532,14 +523,12 @@ def test_translate_refuses_what_is_not_text(text, error, match):
         translate(text)
 
 
-@needs_checkpoint
 @pytest.mark.parametrize("beam_size", [0, True, 2.0, -1])
 def test_translate_refuses_a_bad_beam_size(beam_size):
     with pytest.raises(ValueError, match="beam_size"):
         translate("I love apples", beam_size=beam_size)
 
 
-@needs_checkpoint
 def test_translator_matches_references_and_cache():
     from transformer.data import generate_corpus, split_corpus
 
@@ -555,7 +544,6 @@ def test_translator_matches_references_and_cache():
     assert right >= 90, f"{right}/100 held-out sentences right"
 
 
-@needs_checkpoint
 def test_translate_reports_unknown_words():
     with pytest.raises(UnknownWordsError) as info:
         translate("I love pineapples and apples and pineapples and durians")
@@ -577,7 +565,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=False)
 
 
-@needs_checkpoint
 def test_cli_translates():
     result = run_cli("translate", "I love apples", "I love apples.")
     assert result.returncode == 0, result.stderr
@@ -601,7 +588,6 @@ def run_main(capsys, *args: str) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
-@needs_checkpoint
 @pytest.mark.parametrize("sentence, words", [
     ("I love durians", ["durians"]), ("", ["at least one word"]), ("   ", ["at least one word"]),
     ("<eos> <pad>", ["<eos>"]), (" ".join(["apples"] * 40), ["too long"]),
@@ -612,7 +598,6 @@ def test_cli_refuses_a_sentence_in_one_line(capsys, sentence, words):
     one_clean_line(err, *words)
 
 
-@needs_checkpoint
 def test_cli_translates_the_good_sentences_and_reports_the_bad():
     result = run_cli("translate", "I love apples", "I love durians")  # the real command
     assert result.returncode == 2
@@ -654,7 +639,6 @@ def broken_checkpoints(tmp_path):
     return cases
 
 
-@needs_checkpoint
 def test_cli_reports_a_bad_checkpoint_in_one_line(tmp_path, capsys):
     for label, directory, name in broken_checkpoints(tmp_path):
         status, out, err = run_main(capsys, "translate", "I love apples", "--checkpoint", str(directory))

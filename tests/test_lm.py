@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
+from transformer.generation import generate
 from transformer.lm import (
     BigramLanguageModel,
     LanguageModel,
     continue_poems,
-    generate,
     lm_loss,
     perplexity,
 )
@@ -128,7 +128,7 @@ def test_perplexity_restores_the_mode(vocab, stream):
 
 def test_generate_never_writes_pad_or_bos_and_pads_after_eos(vocab, stream):
     model = BigramLanguageModel(stream, len(vocab), 0.5)
-    out = generate(model, torch.full((64, 1), BOS_ID), 30, generator=torch.Generator().manual_seed(0))
+    out = generate(model, torch.full((64, 1), BOS_ID), 30, do_sample=True, generator=torch.Generator().manual_seed(0))
     assert out.shape[0] == 64 and out.shape[1] <= 31
     assert torch.equal(out[:, 0], torch.full((64,), BOS_ID))
     for row in out[:, 1:].tolist():
@@ -140,6 +140,8 @@ def test_generate_never_writes_pad_or_bos_and_pads_after_eos(vocab, stream):
 class _LovesSpecials(torch.nn.Module):
     """A model whose favourite next tokens are <bos>, then <pad>, then <eos>."""
 
+    pad_id, bos_id, eos_id, vocab_size = PAD_ID, BOS_ID, EOS_ID, 10
+
     def forward(self, ids):
         logits = torch.zeros(*ids.shape, 10)
         logits[..., BOS_ID], logits[..., PAD_ID], logits[..., EOS_ID] = 9.0, 8.0, 7.0
@@ -147,9 +149,9 @@ class _LovesSpecials(torch.nn.Module):
 
 
 def test_generate_never_writes_pad_or_bos_even_when_the_model_prefers_them():
-    out = generate(_LovesSpecials(), torch.full((3, 1), BOS_ID), 5, greedy=True)
+    out = generate(_LovesSpecials(), torch.full((3, 1), BOS_ID), 5)
     assert out.tolist() == [[BOS_ID, EOS_ID]] * 3, "greedy must pick <eos>, the best allowed token"
-    sampled = generate(_LovesSpecials(), torch.full((50, 1), BOS_ID), 5, temperature=5.0,
+    sampled = generate(_LovesSpecials(), torch.full((50, 1), BOS_ID), 5, do_sample=True, temperature=5.0,
                        generator=torch.Generator().manual_seed(0))
     assert not (sampled[:, 1:] == BOS_ID).any()
 
@@ -157,32 +159,33 @@ def test_generate_never_writes_pad_or_bos_even_when_the_model_prefers_them():
 def test_generate_greedy_follows_the_most_likely_pair(vocab, stream):
     model = BigramLanguageModel(stream, len(vocab), 0.99)
     prompt = torch.tensor([[BOS_ID, vocab.stoi["春"]]])
-    out = generate(model, prompt, 4, greedy=True)
+    out = generate(model, prompt, 4)  # greedy by default, as Hugging Face's generate
     assert vocab.decode(out[0]) == "春眠不觉晓"
 
 
 def test_generate_is_reproducible_with_a_seeded_generator(vocab, stream):
     model = BigramLanguageModel(stream, len(vocab), 0.5)
     prompt = torch.full((8, 1), BOS_ID)
-    a = generate(model, prompt, 20, generator=torch.Generator().manual_seed(3), top_k=5)
-    b = generate(model, prompt, 20, generator=torch.Generator().manual_seed(3), top_k=5)
+    a = generate(model, prompt, 20, do_sample=True, generator=torch.Generator().manual_seed(3), top_k=5)
+    b = generate(model, prompt, 20, do_sample=True, generator=torch.Generator().manual_seed(3), top_k=5)
     assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(max_new_tokens=0), ValueError, "max_new_tokens"),
     (dict(max_new_tokens=True), ValueError, "max_new_tokens"),
-    (dict(temperature=0.0), ValueError, "temperature"),
-    (dict(temperature=float("nan")), ValueError, "temperature"),
-    (dict(greedy=1), ValueError, "greedy"),
-    (dict(top_k=0), ValueError, "top_k"),
-    (dict(top_p=1.5), ValueError, "top_p"),
-    (dict(prompt=torch.zeros(2, 0, dtype=torch.long)), ValueError, "prompt"),
-    (dict(prompt=torch.ones(2, 1)), TypeError, "prompt"),
+    (dict(do_sample=True, temperature=0.0), ValueError, "temperature"),
+    (dict(do_sample=True, temperature=float("nan")), ValueError, "temperature"),
+    (dict(temperature=0.7), ValueError, "^temperature is used only when sampling: pass do_sample=True"),
+    (dict(do_sample=1), ValueError, "do_sample"),
+    (dict(do_sample=True, top_k=0), ValueError, "top_k"),
+    (dict(do_sample=True, top_p=1.5), ValueError, "top_p"),
+    (dict(input_ids=torch.zeros(2, 0, dtype=torch.long)), ValueError, "input_ids"),
+    (dict(input_ids=torch.ones(2, 1)), TypeError, "input_ids"),
 ])
 def test_generate_refuses_bad_arguments(vocab, stream, kwargs, error, message):
     model = BigramLanguageModel(stream, len(vocab))
-    args = dict(prompt=torch.full((2, 1), BOS_ID), max_new_tokens=5) | kwargs
+    args = dict(input_ids=torch.full((2, 1), BOS_ID), max_new_tokens=5) | kwargs
     with pytest.raises(error, match=message):
         generate(model, **args)
 
@@ -190,12 +193,12 @@ def test_generate_refuses_bad_arguments(vocab, stream, kwargs, error, message):
 def test_continue_poems_keeps_only_complete_lines(vocab, stream):
     model = BigramLanguageModel(stream, len(vocab), 0.99)
     written = continue_poems(model, ["床前明月光，疑是地上霜。", "春眠不觉晓，处处闻啼鸟。"], vocab,
-                             max_new_tokens=30, greedy=True)
+                             max_new_tokens=30)
     assert len(written) == 2
     for lines in written:
         assert all(line and "\n" not in line for line in lines)
     # With 3 tokens there is no room for a whole line: nothing complete is returned.
-    assert continue_poems(model, ["床前明月光，疑是地上霜。"], vocab, max_new_tokens=3, greedy=True) == [[]]
+    assert continue_poems(model, ["床前明月光，疑是地上霜。"], vocab, max_new_tokens=3) == [[]]
 
 
 # --- the decoder-only language model ---------------------------------------------------
@@ -248,9 +251,10 @@ def test_lm_kv_cache_gives_the_logits_of_a_full_pass():
 def test_generate_with_and_without_cache_write_the_same_tokens():
     model = small_lm()
     prompt = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8]])
-    for kwargs in (dict(greedy=True), dict(temperature=0.7, top_p=0.9)):
-        a = generate(model, prompt, 20, use_cache=True, generator=torch.Generator().manual_seed(2), **kwargs)
-        b = generate(model, prompt, 20, use_cache=False, generator=torch.Generator().manual_seed(2), **kwargs)
+    for kwargs in (dict(), dict(do_sample=True, temperature=0.7, top_p=0.9)):
+        draw = (lambda: dict(generator=torch.Generator().manual_seed(2))) if kwargs else dict
+        a = generate(model, prompt, 20, use_cache=True, **draw(), **kwargs)
+        b = generate(model, prompt, 20, use_cache=False, **draw(), **kwargs)
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="max_len"):
         generate(model, prompt, 38)
@@ -263,10 +267,10 @@ def test_generate_uses_the_cache_by_default_when_the_model_has_one():
     prompt = torch.tensor([[BOS_ID, 5, 6], [BOS_ID, 7, 8]])
     lengths = []
     hook = model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].size(1)))
-    default = generate(model, prompt, 5, greedy=True, eos_id=None)
+    default = generate(model, prompt, 5, ignore_eos=True)
     assert lengths == [3, 1, 1, 1, 1]
     lengths.clear()
-    without = generate(model, prompt, 5, greedy=True, eos_id=None, use_cache=False)
+    without = generate(model, prompt, 5, ignore_eos=True, use_cache=False)
     assert lengths == [3, 4, 5, 6, 7]
     hook.remove()
     assert torch.equal(default, without) and default.shape == (2, 8)
@@ -276,9 +280,9 @@ def test_generate_drives_a_model_without_a_cache_and_refuses_to_cache_it():
     stream = torch.randint(3, 12, (200,))
     bigram = BigramLanguageModel(stream, 12, 0.5)
     prompt = torch.tensor([[BOS_ID, 5]])
-    out = generate(bigram, prompt, 4, generator=torch.Generator().manual_seed(0), eos_id=None)
+    out = generate(bigram, prompt, 4, do_sample=True, generator=torch.Generator().manual_seed(0), ignore_eos=True)
     assert out.shape == (1, 6)
-    with pytest.raises(ValueError, match="^use_cache=True needs a model with decoder.layers"):
+    with pytest.raises(ValueError, match="^use_cache=True needs a model whose decoder.layers take a KV cache"):
         generate(bigram, prompt, 4, use_cache=True)
     with pytest.raises(ValueError, match="use_cache must be True or False"):
         generate(bigram, prompt, 4, use_cache=1)
@@ -351,3 +355,46 @@ def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check(options):
     assert len(graphs) == 1
     with pytest.raises(IndexError, match="ids must lie in"):
         model(torch.full((1, 3), 30))  # an id outside the vocabulary, in eager mode
+
+
+# --- saving with the vocabulary, and the shipped model ------------------------------------
+
+def test_save_language_model_round_trips_in_half_precision(tmp_path, vocab):
+    from transformer.lm import VOCAB_FILE, load_language_model, save_language_model
+
+    torch.manual_seed(0)
+    model = LanguageModel(len(vocab), d_model=16, num_heads=2, num_layers=1, dropout=0.0, max_len=32)
+    saved = save_language_model(tmp_path / "lm", model, vocab, metrics={"note": "x"}, dtype=torch.float16)
+    assert sorted(p.name for p in saved.iterdir()) == ["config.json", "model.safetensors", VOCAB_FILE]
+    assert next(model.parameters()).dtype == torch.float32, "saving in half precision leaves the model alone"
+    loaded, loaded_vocab, metrics = load_language_model(saved)
+    assert loaded_vocab == vocab and metrics == {"note": "x"} and not loaded.training
+    assert next(loaded.parameters()).dtype == torch.float32
+    assert loaded.generator.weight is loaded.embed.embedding.weight
+    for name, weight in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], weight.half().float()), name  # float16 rounding only
+    with pytest.raises(ValueError, match="vocab has"):
+        save_language_model(tmp_path / "bad", model, CharVocab.build(["明月"]))
+    with pytest.raises(ValueError, match="dtype"):
+        save_language_model(tmp_path / "bad", model, vocab, dtype=torch.int8)
+    (saved / VOCAB_FILE).write_text('{"itos": ["<pad>"]}', encoding="utf-8")
+    with pytest.raises(ValueError, match=VOCAB_FILE):
+        load_language_model(saved)
+    (saved / VOCAB_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=VOCAB_FILE):
+        load_language_model(saved)
+
+
+def test_the_shipped_language_model_is_small_and_loads():
+    from transformer.lm import LM_CHECKPOINT, load_language_model
+
+    size = sum(p.stat().st_size for p in LM_CHECKPOINT.iterdir())
+    assert size <= 8_000_000, f"the shipped language model takes {size:,} bytes"
+    model, vocab, metrics = load_language_model()
+    assert len(vocab) == model.vocab_size and metrics["config"]["model"]["task"] == "lm"
+    assert 0 < len(metrics["losses"]) <= metrics["step"] == metrics["config"]["train"]["steps"]
+    curve = [step for step, _ in metrics["valid_curve"]]
+    assert curve == sorted(curve) and curve[-1] <= metrics["step"]
+    assert math.exp(metrics["valid_loss"]) < 150  # chapter 11: the bigram's validation perplexity is about 220
+    ids = torch.tensor([vocab.encode("床前看月光，", add_special=True)[:-1]])
+    assert model(ids).shape == (1, ids.size(1), len(vocab))

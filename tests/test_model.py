@@ -197,12 +197,8 @@ def test_incremental_decoding_with_caches_matches_full_pass():
         memory = model.encode(src, src_mask)
         full = model.decode(tgt, memory, src_mask)
         caches = [{} for _ in model.decoder.layers]
-        steps = []
-        try:
-            for t in range(tgt.size(1)):
-                steps.append(model.decode(tgt[:, t:t + 1], memory, src_mask, caches=caches, start=t))
-        except TypeError as err:  # MultiHeadAttention without cache support yet (chapter 05)
-            pytest.skip(f"MultiHeadAttention has no cache argument yet: {err}")
+        steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, caches=caches, start=t)
+                 for t in range(tgt.size(1))]
         # a prefill of 2 tokens, then 3 at once with the offset causal mask
         caches2 = [{} for _ in model.decoder.layers]
         first = model.decode(tgt[:, :2], memory, src_mask, caches=caches2, start=0)

@@ -28,14 +28,17 @@ def test_wheel_holds_the_package_and_not_the_book(tmp_path):
                   and n.endswith(".py")) == modules
     shipped = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "checkpoints").rglob("*")
                if p.is_file()]
-    assert len(shipped) == 4, f"the shipped translator is config, weights and two vocabularies: {shipped}"
+    assert sorted(s.split("/", 2)[2] for s in shipped) == sorted([
+        "translator/config.json", "translator/model.safetensors", "translator/src_vocab.json",
+        "translator/tgt_vocab.json", "tang_poems/config.json", "tang_poems/model.safetensors",
+        "tang_poems/vocab.json"]), f"the shipped translator and language model: {shipped}"
     assert all(s in names for s in shipped), "every shipped checkpoint file must be in the wheel"
     assert "transformer/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
-    assert "License-Expression: MIT AND GPL-3.0-or-later" in metadata  # the code; chapter 11's corpus
+    assert "License-Expression: MIT\n" in metadata  # the code, and chapter 11's corpus
     corpus = [p.relative_to(ROOT).as_posix() for p in (ROOT / "transformer" / "corpora").iterdir()]
-    assert "transformer/corpora/classical_chinese.txt" in corpus and all(c in names for c in corpus), (
+    assert "transformer/corpora/tang_poems.txt.xz" in corpus and all(c in names for c in corpus), (
         "the corpus, its README and its licence must be in the wheel")
     assert not any(n.startswith(("chapters/", "tests/", "tools/")) for n in names)
 

@@ -58,7 +58,8 @@ def test_config_rebuilds_the_model_and_is_a_copy():
     config = model.config
     assert json.loads(json.dumps(config)) == config  # plain JSON
     assert config == {**SMALL, "dropout": 0.1, "pad_id": 0, "activation": "relu",
-                      "norm_first": False, "share_embeddings": False, "tie_output": True}
+                      "norm_first": False, "share_embeddings": False, "tie_output": True,
+                      "bos_id": 1, "eos_id": 2}
     torch.manual_seed(0)
     again = Transformer(**config).eval()
     assert list(again.state_dict()) == list(model.state_dict())

@@ -2,7 +2,7 @@
 
     python tools/book.py [--jobs N] [CHAPTER ...]     (default: every chapter)
 
-Chapters run N at a time (default: 2, or 1 on a one-core machine), the longest
+Chapters run N at a time (default: $JOBS, else the machine's cores), the longest
 first as the committed run's cell timestamps predict: chapter 09 trains on one
 thread for minutes, and the other chapters run beside it on the second core.
 
@@ -17,7 +17,6 @@ committed outputs of the others.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import time
@@ -28,7 +27,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import website  # noqa: E402
-from execute import execute_notebook  # noqa: E402
+from execute import default_jobs, execute_notebook  # noqa: E402
 from notebooks import ROOT, read_book, read_chapter, stored_seconds  # noqa: E402
 
 EXECUTED = ROOT / "_build" / "executed"
@@ -48,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path)
     parser.add_argument("--jobs", type=int,
-                        default=int(os.environ.get("BOOK_JOBS", min(2, os.cpu_count() or 1))),
-                        help="chapters run at the same time (default 2, or $BOOK_JOBS)")
+                        default=default_jobs(),
+                        help="chapters run at the same time (default: $JOBS, or the cores)")
     args = parser.parse_args(argv)
     every = read_book()
     chosen = ([read_chapter(p.resolve().with_suffix(".ipynb")) for p in args.chapters]

@@ -13,6 +13,7 @@ a kernel that had state from earlier edits.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -29,6 +30,15 @@ import export  # noqa: E402
 from notebooks import CHAPTERS, KERNELSPEC, ROOT, stamp_notebook  # noqa: E402
 
 KERNEL = KERNELSPEC["name"]  # "python3": the running environment's Python
+
+
+def default_jobs() -> int:
+    """How many chapters (or test files) run at once: $JOBS, else $BOOK_JOBS (its
+    older name), else the cores this process may use (what `nproc` prints)."""
+    for name in ("JOBS", "BOOK_JOBS"):
+        if os.environ.get(name):
+            return max(1, int(os.environ[name]))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def kernel_config() -> Config:

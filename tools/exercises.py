@@ -271,9 +271,9 @@ def barrier_folders(chapter: Chapter, extra: list[Path] = ()) -> tuple[list[str]
     """(protect, allow) for the grading barrier (tools/grading_barrier.py): the notebook
     may not read the repository (its chapters hold the solutions), the folder of the
     chapter it is graded against, nor `extra` (the returned notebooks, the gradebook);
-    it may read the package and its data, and the configs that chapter 12 reads."""
+    it may read the package and its data (checkpoints, corpora, configs)."""
     protect = [ROOT, chapter.path.parent, *extra]
-    return [str(p) for p in protect], [str(PACKAGE), str(ROOT / "configs")]
+    return [str(p) for p in protect], [str(PACKAGE)]
 
 
 def answer_text(cell: nbformat.NotebookNode) -> str:

@@ -110,7 +110,8 @@ def imported_modules(source: str) -> set[str]:
     return found
 
 
-def build(chapters: list[Chapter], package: Path = PACKAGE) -> tuple[dict[str, Module], dict[Path, str]]:
+def build(chapters: list[Chapter], package: Path = PACKAGE,
+          top_level: dict[str, list[str]] | None = None) -> tuple[dict[str, Module], dict[Path, str]]:
     """Check the book's rules and return the modules and the files to write."""
     modules: dict[str, Module] = {}
     owner_of_symbol: dict[str, str] = {}
@@ -155,7 +156,7 @@ def build(chapters: list[Chapter], package: Path = PACKAGE) -> tuple[dict[str, M
                     )
 
     files = {package / f"{name}.py": render_module(m) for name, m in modules.items()}
-    files[package / "__init__.py"] = render_init(chapters, modules)
+    files[package / "__init__.py"] = render_init(chapters, modules, top_level)
     return modules, files
 
 
@@ -173,24 +174,63 @@ def render_module(module: Module) -> str:
     return "\n".join(parts)
 
 
-def render_init(chapters: list[Chapter], modules: dict[str, Module]) -> str:
+# The package's top level: what a user of the models needs, in groups (the API reference
+# shows them so). Every other public name stays importable from its module, e.g.
+# `from transformer.benchmarks import random_batch`; `make export` refuses a name here that
+# no chapter exports.
+TOP_LEVEL: dict[str, list[str]] = {
+    "Models": ["Transformer", "LanguageModel", "PretrainedModel", "PAPER_CONFIGS", "count_parameters"],
+    "Layers": ["TokenEmbedding", "sinusoidal_encoding", "PositionalEncoding", "scaled_dot_product_attention",
+               "SingleHeadSelfAttention", "MultiHeadAttention", "FeedForward", "EncoderBlock", "DecoderBlock",
+               "Encoder", "Decoder"],
+    "Masks": ["causal_mask", "padding_mask", "combine_masks"],
+    "Generation": ["generate", "greedy_decode", "sample_decode", "beam_search", "sequence_scores",
+                   "filter_logits", "length_penalty", "KVCache", "IncrementalDecoder", "translate",
+                   "Translator", "load_translator", "UnknownWordsError"],
+    "Training": ["label_smoothed_cross_entropy", "shift_targets", "translation_loss", "lm_loss", "noam_lr",
+                 "make_optimizer", "TrainState", "train_step", "fit", "evaluate_loss", "perplexity",
+                 "IGNORE_INDEX", "load_config", "train_from_config"],
+    "Saving and loading": ["save_checkpoint", "load_checkpoint", "Checkpoint", "read_pretrained_config"],
+    "Vocabularies and data": ["Vocab", "CharVocab", "tokenize", "pad_sequences", "encode_stream", "PAD_ID",
+                              "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "generate_corpus",
+                              "split_corpus", "make_batches"],
+}
+
+
+def render_init(chapters: list[Chapter], modules: dict[str, Module],
+                top_level: dict[str, list[str]] | None = None) -> str:
+    """__init__.py: the names of top_level, by group; without it, every public name by chapter."""
+    home = {name: module.name for module in modules.values() for name in module.public
+            if not module.name.startswith("__")}
+    if top_level is None:
+        top_level = {f"chapter {chapter.number:02d}: {chapter.title}": [
+            name for module_name in chapter.modules if not module_name.startswith("__")
+            for name in (modules[module_name].public if module_name in modules else [])]
+            for chapter in chapters}
+    unknown = [name for names in top_level.values() for name in names if name not in home]
+    if unknown:
+        raise BookError(f"tools/export.py TOP_LEVEL names {', '.join(unknown)}, which no chapter exports; "
+                        "remove them there, or export them from their chapter")
     lines = [
         HEADER.format(source="chapters/ (every chapter)"),
         '"""An encoder-decoder Transformer, built one chapter at a time.',
         "",
-        "The public API, in the order the book builds it.",
+        "The top level holds what a user of the models needs, in groups; every other public",
+        "name is importable from its module (transformer.MODULE, one per chapter).",
         '"""',
         "",
     ]
     names: list[str] = []
-    for chapter in chapters:
-        for module_name in chapter.modules:
-            module = modules.get(module_name)
-            if module is None or module_name.startswith("__") or not module.public:
-                continue
-            lines.append(f"# chapter {chapter.number:02d}: {chapter.title}")
-            lines.append(f"from transformer.{module_name} import {', '.join(module.public)}")
-            names += module.public
+    for group, members in top_level.items():
+        if not members:
+            continue
+        lines.append(f"# {group}")
+        by_module: dict[str, list[str]] = {}
+        for name in members:
+            by_module.setdefault(home[name], []).append(name)
+        for module_name, found in by_module.items():
+            lines.append(f"from transformer.{module_name} import {', '.join(found)}")
+        names += members
     lines += ["", f'__version__ = "{VERSION}"', ""]
     lines.append("__all__ = [")
     lines += [f'    "{n}",' for n in names]
@@ -230,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", type=Path, default=PACKAGE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        _, wanted = build(read_book(args.chapters), args.package)
+        # The book's own top level; another book (the exporter's tests) gets every public name.
+        top_level = TOP_LEVEL if args.chapters.resolve() == CHAPTERS.resolve() else None
+        _, wanted = build(read_book(args.chapters), args.package, top_level)
         on_disk = generated_files_on_disk(args.package)
     except BookError as err:
         print(f"export: {err}", file=sys.stderr)

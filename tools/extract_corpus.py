@@ -1,179 +1,144 @@
-"""Write the classical Chinese corpus that chapter 11 trains on, from Debian's fortunes-zh.
+"""Write the corpus that chapter 11 trains on: the Tang poems of npm's chinese-poetry 2.0.1.
 
-    apt-get install fortunes-zh                # version 2.98 (Debian 12): the three files below
-    python tools/extract_corpus.py             # writes transformer/corpora/classical_chinese.txt
-    python tools/extract_corpus.py --check     # exit 1 if the shipped file differs from a fresh extraction
+    pip install opencc                          # OpenCC 1.4.2: the traditional -> simplified step
+    python tools/extract_corpus.py              # writes transformer/corpora/tang_poems.txt.xz
+    python tools/extract_corpus.py --check      # exit 1 if the shipped file differs from a fresh extraction
+    python tools/extract_corpus.py --tarball chinese-poetry-2.0.1.tgz   # a tarball fetched before
 
-The book never downloads anything: the shipped file is the output of this script, and
-transformer/corpora/README.md states its source and licence. Run it again only to
-reproduce or to audit that file. What it does, in order:
+The book never downloads anything at run time: the shipped file is the output of this
+script, and transformer/corpora/README.md states its source and licence. Run it again
+only to reproduce or to audit that file. OpenCC is needed here only, not by the package
+or its tests. What it does, in order:
 
-1. Reads the three fortune files of the package (`tang300`: the Three Hundred Tang
-   Poems; `song100`: a hundred Song poems; `chinese`: quotes, each attributed on its
-   last line `-- author《work》`), entries separated by `%` lines, and removes the
-   terminal colour escapes that wrap titles and authors.
-2. Keeps every poem of `tang300` and `song100` (body lines only; the title and author go
-   into their own fields, song100's `其一`/`其二` section headers are dropped).
-3. Keeps from `chinese` only pre-modern text: the classics (《谚语》 proverbs, the
-   Analects 《论语》, 《道德经》, 《菜根谭》, 《增广贤文》) and works attributed as
-   `author《title》`. It drops entries without an attribution (the Debian manuals),
-   entries with Latin letters or digits (technical and modern quotes), and the modern
-   authors and works listed in MODERN below (20th-century writers, still in copyright in
-   many countries, and quotes from films, anime and the web).
-4. Normalises each text: lines stripped, empty lines dropped, ASCII `,` `:` `;` `!` `?`
-   turned into their full-width forms.
-5. Removes duplicates, so that a split by document cannot leak text from the training
-   set into the held-out sets: a document is dropped when one of its clauses (a run of
-   at least 4 characters between punctuation marks) already occurs in a document kept
-   before it (tang300 first, then song100, then chinese, each in file order). The
-   `chinese` file often quotes lines of the Tang poems.
+1. Fetches the npm package with `npm pack chinese-poetry@2.0.1` (or takes --tarball),
+   checks the tarball's SHA-256, and reads `package/dist/quantangshi/poet.tang.N.json`
+   in the order of N: the *Quan Tangshi* (全唐诗, compiled 1705), 57,607 poems in
+   traditional script, each with its author, title and lines ("paragraphs").
+2. Drops the poems whose text did not survive transcription whole: a lacuna (□, ○),
+   an editor's note or variant reading in brackets or braces, digits, any character
+   that is neither a Chinese character nor the punctuation ，。？！；：、「」『』《》.
+3. Converts the author, title and text to simplified characters with OpenCC's `t2s`
+   (壯 綺 離 餘 -> 壮 绮 离 余), as the rest of the book writes Chinese.
+4. Removes copies, so that a split by document does not test the model on a poem it
+   trained on: the Quan Tangshi holds many poems twice, under two titles or two
+   authors, sometimes with a character changed. A poem is dropped when at least half
+   of its clauses (runs of 5 or more characters between punctuation marks; all of them
+   for a poem with fewer than two) already occur in poems kept before it, in file order.
+   Poems that share fewer lines (a quotation, a stock phrase) are kept; chapter 11's
+   split keeps every such group of poems on one side (transformer.text.line_groups).
 
-The output is UTF-8 text, one document after another, each a header line
-`% SOURCE<TAB>AUTHOR<TAB>TITLE` (the author is empty for the classics and proverbs)
-followed by its text lines. Chapter 11 reads it with `transformer.text.read_corpus`.
+The output is text compressed with xz (LZMA), one poem after another, each a header
+line `% AUTHOR<TAB>TITLE` followed by its lines, encoded as UTF-16-LE: a Chinese
+character takes 2 bytes there instead of UTF-8's 3, and the file compresses to 3.9 MB
+instead of 4.3 MB. (`xzcat tang_poems.txt.xz | iconv -f UTF-16LE -t UTF-8` shows it.)
+Chapter 11 reads it with `transformer.text.read_corpus`, through the standard
+library's lzma module.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import lzma
 import re
+import subprocess
 import sys
-from collections import Counter
+import tarfile
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FORTUNES = Path("/usr/share/games/fortunes")
-OUTPUT = ROOT / "transformer" / "corpora" / "classical_chinese.txt"
+OUTPUT = ROOT / "transformer" / "corpora" / "tang_poems.txt.xz"
+ENCODING = "utf-16-le"  # 2 bytes a character: smaller than UTF-8 once compressed
+PACKAGE = "chinese-poetry@2.0.1"
+SHA256 = "25b549e46919c3a0569db6b68ddc96956b04a484ea4518ad2bbd4f137e307e86"  # of its npm tarball
+MEMBER = re.compile(r"package/dist/quantangshi/poet\.tang\.(\d+)\.json")
 
-ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-CLASSICS = ("谚语", "论语", "道德经", "菜根谭", "增广贤文")
-# Attributions in `chinese` that name modern writers or works (checked against every
-# attribution of fortunes-zh 2.98); entries with Latin letters or digits are dropped anyway.
-MODERN = ("钱钟书", "鲁迅", "毛泽东", "老舍", "巴金", "冰心", "朱自清", "余光中", "吴军", "陈毅",
-          "胡志明", "赫拉利", "李彦宏", "王健林", "显卡吧", "网吧", "央视", "言峰绮礼", "卫宫切嗣",
-          "钢之炼金术师")
-LATIN_OR_DIGIT = re.compile(r"[A-Za-z0-9Ａ-Ｚａ-ｚ０-９]")
-# Marks of text that did not survive transcription: a stray percent sign, private-use and
-# placeholder characters, ［囗＋化］ or (革享) for a character spelled out by its parts, a
-# space or a full-width full stop where a character went missing.
-OTHER_ODD = re.compile(r"[%\ue000-\uf8ff□○［］()（）＋ ．]")
-SECTION_HEADER = re.compile(r"其[一二三四五六七八九十]+")
-HALF_TO_FULL = str.maketrans({",": "，", ":": "：", ";": "；", "!": "！", "?": "？"})
-CLAUSE = re.compile(r"[，。？！；：、“”‘’「」《》\n]")
+CHINESE = "\u3400-\u4dbf\u4e00-\u9fff\U00020000-\U0003134f"  # CJK ideographs, extensions A to G
+PUNCTUATION = "，。？！；：、「」『』《》"
+CLEAN_LINE = re.compile(f"[{CHINESE}{PUNCTUATION}]+")
+CLAUSE_END = re.compile(f"[{PUNCTUATION}\n]")
+MIN_CLAUSE = 5  # a clause shorter than a five-character half-line is too common to mark a copy
 
 
-def entries(name: str) -> list[str]:
-    """The `%`-separated entries of one fortune file, colour escapes removed."""
-    text = ESCAPE.sub("", (FORTUNES / name).read_text(encoding="utf-8"))
-    return [e.strip("\n") for e in re.split(r"^%[ \t]*\n", text, flags=re.M) if e.strip()]
+def fetch(directory: Path) -> Path:
+    """`npm pack` the package into directory; return the tarball's path."""
+    run = subprocess.run(["npm", "pack", PACKAGE, "--silent"], cwd=directory, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"error: npm pack {PACKAGE} failed: {run.stderr.strip()[-500:]}")
+    return directory / run.stdout.strip().splitlines()[-1]
 
 
-def clean(lines: list[str]) -> str:
-    """Lines stripped, empty ones dropped, ASCII punctuation made full-width, joined by newlines."""
-    kept = [line.strip().translate(HALF_TO_FULL) for line in lines]
-    return "\n".join(line for line in kept if line)
-
-
-def tang300() -> list[dict]:
-    documents = []
-    for entry in entries("tang300"):
-        title, author, *body = entry.split("\n")
-        documents.append({"source": "tang300", "author": author.strip().removeprefix("作者："),
-                          "title": title.strip().strip("《》"), "text": clean(body)})
-    return documents
-
-
-def song100() -> list[dict]:
-    documents = []
-    for entry in entries("song100"):
-        title, author, *body = entry.split("\n")
-        body = [line for line in body if not SECTION_HEADER.fullmatch(line.strip())]
-        author = re.sub(r"（.*", "", author.strip().removeprefix("作者:"))
-        title = re.sub(r"^题目:", "", title.strip())
-        documents.append({"source": "song100", "author": author, "title": title, "text": clean(body)})
-    return documents
-
-
-def chinese() -> tuple[list[dict], Counter]:
-    """Pre-modern entries of the `chinese` file, and a count of why the others were dropped."""
-    documents, dropped = [], Counter()
-    for entry in entries("chinese"):
-        lines = [line for line in entry.split("\n") if line.strip()]
-        attribution = re.fullmatch(r"\s*--\s*(.+?)\s*", lines[-1])
-        if attribution is None:
-            dropped["no attribution (manuals, unattributed texts)"] += 1
-            continue
-        source = attribution.group(1)
-        body = clean([line for line in lines[:-1] if not line.strip().startswith("--")])
-        if LATIN_OR_DIGIT.search(source + body) or OTHER_ODD.search(body):
-            dropped["Latin letters, digits or odd marks (technical, modern)"] += 1
-            continue
-        if any(name in source for name in MODERN):
-            dropped["modern author or work"] += 1
-            continue
-        classic = next((c for c in CLASSICS if source.startswith((f"《{c}》", c))), None)
-        work = re.fullmatch(r"([^《》，,\s]{1,6})《(.+)》.*", source)
-        if classic is not None:
-            author, title = "", source.strip("《》")
-        elif work is not None:
-            author, title = work.group(1), work.group(2)
-        else:
-            dropped["other attribution (modern or unclear)"] += 1
-            continue
-        if not body:
-            dropped["empty"] += 1
-            continue
-        documents.append({"source": "chinese", "author": author, "title": title, "text": body})
-    return documents, dropped
+def read_poems(tarball: Path) -> tuple[list[dict], str]:
+    """The poems of the tarball's quantangshi files, in file order, and its LICENSE text."""
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if digest != SHA256:
+        raise SystemExit(f"error: {tarball} has SHA-256 {digest}, expected {SHA256} ({PACKAGE})")
+    poems: dict[int, list[dict]] = {}
+    with tarfile.open(tarball) as archive:
+        licence = archive.extractfile("package/LICENSE").read().decode("utf-8")
+        for member in archive.getmembers():
+            match = MEMBER.fullmatch(member.name)
+            if match:
+                poems[int(match.group(1))] = json.load(archive.extractfile(member))
+    return [poem for start in sorted(poems) for poem in poems[start]], licence
 
 
 def clauses(text: str) -> set[str]:
-    return {c for c in CLAUSE.split(text) if len(c) >= 4}
+    """The runs of at least MIN_CLAUSE characters between punctuation marks and line breaks."""
+    return {c for c in CLAUSE_END.split(text) if len(c) >= MIN_CLAUSE}
 
 
-def deduplicate(documents: list[dict]) -> tuple[list[dict], Counter]:
-    """Drop each document that shares a clause with one kept before it; count drops per source."""
+def extract(poems: list[dict]) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """The (author, title, text) of every poem kept, and a report of what was dropped."""
+    import opencc  # only here: the package and its tests never need it
+
+    convert = opencc.OpenCC("t2s").convert
+    kept: list[tuple[str, str, str]] = []
     seen: set[str] = set()
-    kept, dropped = [], Counter()
-    for document in documents:
-        own = clauses(document["text"])
-        if own & seen:
-            dropped[document["source"]] += 1
+    dropped = {"empty": 0, "a lacuna, a note or an odd character": 0, "a copy of a poem kept before": 0}
+    for poem in poems:
+        lines = [line.strip() for line in poem["paragraphs"] if line.strip()]
+        if not lines:
+            dropped["empty"] += 1
             continue
-        kept.append(document)
+        if not all(CLEAN_LINE.fullmatch(line) for line in lines):
+            dropped["a lacuna, a note or an odd character"] += 1
+            continue
+        text = convert("\n".join(lines))
+        own = clauses(text) or {text}
+        if len(own & seen) >= max(1, len(own) / 2):
+            dropped["a copy of a poem kept before"] += 1
+            continue
         seen |= own
-    return kept, dropped
-
-
-def extract() -> tuple[str, list[str]]:
-    """The corpus file's text, and a report of what was kept and dropped."""
-    quotes, filtered = chinese()
-    documents, duplicates = deduplicate(tang300() + song100() + quotes)
-    report = [f"dropped from chinese: {n} ({why})" for why, n in filtered.most_common()]
-    report += [f"dropped as duplicates: {n} from {source}" for source, n in duplicates.most_common()]
-    for source, n in Counter(d["source"] for d in documents).items():
-        chars = sum(len(d["text"]) for d in documents if d["source"] == source)
-        report.append(f"kept from {source}: {n} documents, {chars:,} characters")
-    text = "".join(f"% {d['source']}\t{d['author']}\t{d['title']}\n{d['text']}\n" for d in documents)
-    return text, report
+        author, title = (" ".join(convert(poem[key]).split()) for key in ("author", "title"))
+        kept.append((author, title, text))
+    report = [f"read {len(poems):,} poems"]
+    report += [f"dropped {n:,}: {why}" for why, n in dropped.items()]
+    report.append(f"kept {len(kept):,} poems, {sum(len(t) for *_, t in kept):,} characters")
+    return kept, report
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tarball", type=Path, help=f"the npm tarball of {PACKAGE} (default: npm pack it)")
     parser.add_argument("--check", action="store_true", help="compare with the shipped file, write nothing")
     args = parser.parse_args()
-    if not (FORTUNES / "tang300").is_file():
-        print(f"error: {FORTUNES}/tang300 not found: apt-get install fortunes-zh", file=sys.stderr)
-        return 2
-    text, report = extract()
+    with tempfile.TemporaryDirectory() as tmp:
+        poems, licence = read_poems(args.tarball or fetch(Path(tmp)))
+    kept, report = extract(poems)
     print("\n".join(report))
+    text = "".join(f"% {author}\t{title}\n{body}\n" for author, title, body in kept)
     if args.check:
-        same = OUTPUT.is_file() and OUTPUT.read_text(encoding="utf-8") == text
+        same = OUTPUT.is_file() and lzma.decompress(OUTPUT.read_bytes()).decode(ENCODING) == text
         print(f"{OUTPUT.relative_to(ROOT)}: {'identical' if same else 'DIFFERS from a fresh extraction'}")
         return 0 if same else 1
     OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUTPUT.relative_to(ROOT)}: {len(text.encode('utf-8')):,} bytes")
+    OUTPUT.write_bytes(lzma.compress(text.encode(ENCODING), preset=9 | lzma.PRESET_EXTREME))
+    (OUTPUT.parent / "LICENSE").write_text(licence, encoding="utf-8")
+    print(f"wrote {OUTPUT.relative_to(ROOT)}: {len(text):,} characters, "
+          f"{OUTPUT.stat().st_size:,} compressed")
     return 0
 
 

@@ -5,7 +5,7 @@ notebook code runs, with the folders to protect: the book's repository (its chap
 every solution; its .git, tests/ and _build/ hold them too), the folder of returned
 notebooks being graded, and an nbgrader course (source/ holds the solutions, submitted/
 the other students' work). Exceptions inside them stay readable: the package
-`transformer` and its data, `configs/`, the Python environment, and the notebook's own
+`transformer` and its data (checkpoints, corpora, configs), the Python environment, and the notebook's own
 working folder.
 
 It is a Python audit hook (PEP 578), which cannot be removed once added. While it is in

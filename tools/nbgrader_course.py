@@ -54,7 +54,7 @@ c.Execute.extra_arguments = {arguments!r}
 def config_text(directory: Path) -> str:
     arguments = grading_guard.kernel_arguments(
         protect=[str(directory.resolve()), str(ROOT)],
-        allow=[str(PACKAGE), str(ROOT / "configs")])
+        allow=[str(PACKAGE)])
     return CONFIG.format(root=ROOT, timeout=CELL_TIMEOUT, arguments=arguments)
 
 

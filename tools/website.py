@@ -1,25 +1,33 @@
 """Build the book's website from executed chapter notebooks (Sphinx + MyST-NB).
 
-    python tools/website.py [--notebooks DIR] [--clean]
+    python tools/website.py [--notebooks DIR] [--edition full|student] [--out DIR] [--clean]
 
 DIR holds executed NN_name.ipynb files (default: the committed chapters/, whose
 outputs are stored; `make book` passes the copies it has just executed). Nothing
 is executed here and no notebook in DIR is changed.
 
+Two editions: `full` (default, _build/html/) shows each exercise as the student's
+stub with the solution folded under it; `student` (`make site EDITION=student`,
+_build/student/html/) shows the chapters as `make student` hands them out, without
+solutions or hidden tests, for a teacher to publish to a class.
+
 The Sphinx source tree is assembled in _build/site-src/ from:
-- book/: the hand-written pages (landing page, sources, glossary, teachers) and
-  conf.py, the site's configuration;
-- each chapter, prepared for reading (`reading_copy`): directive lines removed
-  and marked quietly, each exercise shown as the student's stub with the
-  solution folded under it, and a note linking the chapter to its API pages;
+- book/: the hand-written pages (landing page, sources, glossary, teachers), the
+  templates, the styles and scripts, and conf.py, the site's configuration;
+- each chapter, prepared for reading (`reading_copy`): directive and test-tool lines
+  removed (each marked quietly where it means something to a reader), figures
+  numbered and captioned from their cells' `#| fig-cap:` / `#| fig-alt:` lines, the
+  exercises as the edition shows them, and a box linking the chapter to its API pages
+  and saying how to run its notebook;
 - generated pages: the chapter map of the landing page, one API page per module
   and the API index, all derived from chapters/ and the package, so that a new
-  chapter appears on the site without editing any configuration.
+  chapter appears on the site without editing any configuration; the README's
+  paragraph of measured durations, which the landing page shows.
 
 Files are rewritten only when their content changes, so that Sphinx rebuilds only
-what changed. The site is written to _build/html/ (open _build/html/index.html);
-the download button of a chapter offers the notebook as executed (with its
-directives), not the reading copy.
+what changed. The download button of a chapter offers the notebook as executed (with
+its directives; in the student edition, the student copy), with a note on installing
+the package under its title. tools/pdf.py prints the site as one PDF.
 """
 
 from __future__ import annotations
@@ -33,36 +41,52 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exercises import strip_solutions  # noqa: E402
-from export import public_names  # noqa: E402
+from exercises import strip_solutions, student_copy  # noqa: E402
+from export import TOP_LEVEL, public_names  # noqa: E402
 from notebooks import (  # noqa: E402
+    BEGIN_HIDDEN,
     BEGIN_SOLUTION,
     CHAPTERS,
+    END_HIDDEN,
     END_SOLUTION,
     PACKAGE,
     ROOT,
     Chapter,
+    check_directive,
     directive,
     read_book,
     solution_regions,
 )
+from project_info import python_versions  # noqa: E402
 
 BOOK = ROOT / "book"
 BUILD = ROOT / "_build"  # the reader's site: _build/html/
 GENERATED = "_generated"  # inside the source tree: included by pages, not pages themselves
 
 
+EDITIONS = ("full", "student")  # with solutions (folded) / as `make student` hands out
+
+
 @dataclass(frozen=True)
 class Site:
-    """Where one build of the site lives: its source tree, its HTML, Sphinx's cache."""
+    """Where one build of the site lives: its source tree, its HTML, Sphinx's cache.
+
+    The full edition (solutions folded under each exercise) goes to _build/html/, the
+    student edition (no solutions, no hidden tests) to _build/student/html/.
+    """
 
     root: Path = BUILD
+    edition: str = "full"
+
+    def __post_init__(self) -> None:
+        if self.edition not in EDITIONS:
+            raise SystemExit(f"edition must be one of {', '.join(EDITIONS)}, not {self.edition!r}")
 
     @property
     def src(self) -> Path:
@@ -89,6 +113,7 @@ class Export:
     module: str
     kinds: dict[str, str]  # public name -> "function", "class" or "data", in definition order
     summaries: dict[str, str]  # public name -> first line of its docstring ("" for a constant)
+    computed: set[str] = field(default_factory=set)  # constants not written as a literal
 
     @property
     def names(self) -> list[str]:
@@ -112,7 +137,18 @@ def chapter_exports(chapter: Chapter) -> list[Export]:
                 exports[module].kinds[name] = _kind(node)
                 doc = "" if _kind(node) == "data" else (ast.get_docstring(node) or "")
                 exports[module].summaries[name] = doc.strip().split("\n")[0]
+                if _kind(node) == "data" and not _is_literal(node):
+                    exports[module].computed.add(name)
     return list(exports.values())
+
+
+def _is_literal(node: ast.AST) -> bool:
+    """Whether a constant is written as a literal (`MAX_LEN = 512`), not computed."""
+    try:
+        ast.literal_eval(node.value)
+    except (ValueError, TypeError, SyntaxError, AttributeError):
+        return False
+    return True
 
 
 def markdown_text(text: str) -> str:
@@ -141,6 +177,20 @@ def symbol_chapters(chapters: list[Chapter]) -> dict[str, tuple[int, str, str]]:
 
 # --- the reading copy of a chapter -----------------------------------------------
 
+# Lines that steer the test tools, not the reader: nbval's directives (`# NBVAL_IGNORE_OUTPUT`
+# and the others) and nbgrader's hidden-tests markers. The reading copy drops them and says
+# in a quiet label what the first one meant.
+TEST_DIRECTIVE = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")
+HIDDEN_MARKER = re.compile(rf"^\s*({re.escape(BEGIN_HIDDEN)}|{re.escape(END_HIDDEN)})\s*$")
+# A figure's caption and alt text, written in its cell as Quarto writes cell options; a
+# line `#|` indented by two more spaces continues the option above it:
+#   #| fig-cap: Attention weights of the running example: each row sums to 1.
+#   #| fig-alt: A 5 by 5 heat map whose brightest square in each row is on
+#   #|   the diagonal.
+FIGURE_OPTION = re.compile(r"^\s*#\|\s*(fig-cap|fig-alt)\s*:\s*(.*?)\s*$")
+OPTION_CONTINUED = re.compile(r"^\s*#\|\s{2,}(\S.*?)\s*$")
+
+
 def _tag(cell: nbformat.NotebookNode, *tags: str) -> None:
     existing = cell.metadata.setdefault("tags", [])
     existing.extend(t for t in tags if t not in existing)
@@ -151,41 +201,134 @@ def _without_markers(source: str) -> str:
                      if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
 
 
-def package_note(chapter: Chapter) -> str:
-    """The markdown note under a chapter's title: what it adds to the package, linked."""
-    parts = []
+def has_figure(cell: nbformat.NotebookNode) -> bool:
+    return any(o.get("data", {}).keys() & {"image/png", "image/svg+xml", "image/jpeg"}
+               for o in cell.get("outputs", []))
+
+
+def figure_options(source: str) -> tuple[dict[str, str], str]:
+    """({'fig-cap': ..., 'fig-alt': ...}, the source without those lines) for a cell's
+    `#| fig-cap:` / `#| fig-alt:` lines and their continuations."""
+    options: dict[str, str] = {}
+    kept: list[str] = []
+    current = None
+    for line in source.splitlines():
+        if match := FIGURE_OPTION.match(line):
+            current = match.group(1)
+            options[current] = match.group(2)
+        elif current and (match := OPTION_CONTINUED.match(line)):
+            options[current] += " " + match.group(1)
+        else:
+            current = None
+            kept.append(line)
+    return {k: v.strip().strip("\"'") for k, v in options.items()}, "\n".join(kept)
+
+
+def imports_from_package(chapter: Chapter) -> dict[str, list[str]]:
+    """module -> names a chapter imports from earlier chapters' modules, in order of use."""
+    own = set(chapter.modules)
+    used: dict[str, list[str]] = {}
+    for cell in chapter.notebook.cells:
+        tree = _parse_cell(cell.source) if cell.cell_type == "code" else None
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer."):
+                module = node.module.split(".", 1)[1]
+                if module not in own:
+                    names = used.setdefault(module, [])
+                    names.extend(a.name for a in node.names
+                                 if a.name != "*" and a.name not in names)
+    return used
+
+
+def package_note(chapter: Chapter, chapters: list[Chapter]) -> str:
+    """The box under a chapter's title: what it writes into the package and what it uses
+    from earlier chapters (linked to the API), and how to run the notebook on its own."""
+    writes = []
     for export in chapter_exports(chapter):
-        names = ", ".join(f"{{py:obj}}`~transformer.{export.module}.{n}`" for n in export.names)
-        parts.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`)"
-                     + (f": {names}" if names else ""))
-    if not parts:
-        return ""
-    return ("```{admonition} In the package\n:class: tip package-note\n"
-            + "This chapter writes " + "; and ".join(parts) + ".\n"
-            "Cells marked *exported* go into the package; the others explain, trace and check.\n"
-            "```")
+        writes.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`)"
+                      + (f": {_names(export)}" if export.names else ""))
+    documented = {e.module: set(e.names) for c in chapters for e in chapter_exports(c)}
+    uses = []
+    for module, names in imports_from_package(chapter).items():
+        if module not in documented:
+            continue
+        links = ", ".join(f"{{py:obj}}`~transformer.{module}.{n}`" for n in names
+                          if n in documented[module])
+        uses.append(f"{{doc}}`transformer.{module} </api/{module}>`" + (f" ({links})" if links else ""))
+    lines = ["```{admonition} In the package", ":class: tip package-note"]
+    if writes:
+        lines.append("This chapter writes " + "; and ".join(writes) + ". "
+                     "Cells marked *exported* go into the package; the others explain, "
+                     "trace and check.")
+    else:
+        lines.append("This chapter adds no module to the package: it builds on what the "
+                     "earlier chapters wrote.")
+    if uses:
+        lines += ["", "It uses, from earlier chapters: " + "; ".join(uses) + "."]
+    lines += ["", download_note(on_page=True), "```"]
+    return "\n".join(lines)
 
 
-def reading_copy(chapter: Chapter) -> nbformat.NotebookNode:
+def download_note(on_page: bool) -> str:
+    """How to run a downloaded chapter: in the box on its page, and in the notebook itself."""
+    lead = ("**Running this notebook yourself.** The download button (top right) gives this "
+            "chapter's notebook. It" if on_page else "> **Running this notebook on its own.** It")
+    return (lead + " imports the package `transformer`, which the book's chapters build. In a "
+            "clone of the book's repository, `make lab` opens it with everything installed. "
+            "Anywhere else, install the package from the clone first, `pip install -e "
+            f"path/to/clone` (Python {python_versions()}), then run the cells top to bottom.")
+
+
+def student_view(notebook: nbformat.NotebookNode, chapter: str) -> nbformat.NotebookNode:
+    """The student copy (tools/exercises.py: solutions stubbed, hidden tests removed), with
+    the outputs of the chapter's own cells put back, so that the student edition of the site
+    reads like the book; exercise and check cells keep no output, as in the student copy."""
+    student = student_copy(notebook, chapter)
+    for original, cell in zip(notebook.cells, student.cells, strict=True):
+        if cell.cell_type != "code" or solution_regions(original.source) \
+                or check_directive(original.source):
+            continue
+        cell.outputs = copy.deepcopy(original.get("outputs", []))
+        cell.execution_count = original.get("execution_count")
+    return student
+
+
+def reading_copy(chapter: Chapter, chapters: list[Chapter], edition: str = "full"
+                 ) -> nbformat.NotebookNode:
     """The notebook as the site shows it; the chapter's own notebook is not changed.
 
     - `#| default_exp` lines are dropped (a cell left empty is removed); the first
       line `#| export [MODULE]` is dropped and the cell tagged `export-MODULE`, which
       the site's stylesheet labels quietly; `#| check NAME` likewise, tag `check`;
-    - an exercise cell is shown as the student sees it (the solution replaced by
-      `raise NotImplementedError`), followed by the full solution, folded
+    - test directives are dropped: `# NBVAL_IGNORE_OUTPUT` (the cell is labelled as one
+      whose output varies between runs) and nbgrader's hidden-tests markers;
+    - a figure gets its number, caption and alt text from its cell's `#| fig-cap:` and
+      `#| fig-alt:` lines (dropped from the code shown);
+    - full edition: an exercise cell is shown as the student sees it (the solution
+      replaced by `raise NotImplementedError`), followed by the full solution, folded
       (`hide-input`), so that a reader tries first;
-    - a note under the title links the chapter to the API pages of its modules.
+    - student edition: the chapter as `make student` hands it out (student_view): stubs
+      without solutions, checks without hidden tests;
+    - a box under the title links the chapter to the API pages of its modules and of
+      those it uses, and says how to run the downloaded notebook.
     """
-    notebook = copy.deepcopy(chapter.notebook)
+    if edition not in EDITIONS:
+        raise ValueError(f"edition must be one of {EDITIONS}, not {edition!r}")
+    notebook = (student_view(chapter.notebook, chapter.name) if edition == "student"
+                else copy.deepcopy(chapter.notebook))
     cells = []
-    for cell in notebook.cells:
+    figures = 0
+    for original, cell in zip(chapter.notebook.cells, notebook.cells, strict=True):
         if cell.cell_type != "code":
             cells.append(cell)
             continue
-        lines = cell.source.splitlines()
+        options, source = figure_options(cell.source)
+        lines = source.splitlines()
+        if any(TEST_DIRECTIVE.match(line) and "IGNORE_OUTPUT" in line for line in lines):
+            _tag(cell, "output-varies")
         kept = [line for line in lines
-                if not ((found := directive(line)) and found[0] == "default_exp")]
+                if not ((found := directive(line)) and found[0] == "default_exp")
+                and not TEST_DIRECTIVE.match(line) and not HIDDEN_MARKER.match(line)]
         first = directive(kept[0]) if kept else None
         if first and first[0] == "export":
             kept = kept[1:]
@@ -194,23 +337,32 @@ def reading_copy(chapter: Chapter) -> nbformat.NotebookNode:
             kept = kept[1:]
             _tag(cell, "check")
         cell.source = "\n".join(kept).strip("\n")
+        if has_figure(cell):
+            figures += 1
+            caption = options.get("fig-cap", "")
+            cell.metadata["mystnb"] = {
+                "figure": {"caption": f"**Figure {chapter.number}.{figures}.** {caption}".strip(),
+                           "name": f"fig-{chapter.number:02d}-{figures}"},
+                "image": {"alt": options.get("fig-alt") or caption
+                          or f"Figure {chapter.number}.{figures}"},
+            }
         if not cell.source.strip():
             if cell.get("outputs"):
                 _tag(cell, "remove-input")
             else:
                 continue
-        if solution_regions(cell.source):
+        if edition == "full" and solution_regions(cell.source):
             stub = nbformat.v4.new_code_cell(strip_solutions(cell.source))
             _tag(stub, "exercise")
             cells.append(stub)
             cell.source = _without_markers(cell.source)
             _tag(cell, "hide-input", "solution")
-            cell.metadata["mystnb"] = dict(SOLUTION_PROMPTS)
+            cell.metadata.setdefault("mystnb", {}).update(SOLUTION_PROMPTS)
+        elif edition == "student" and solution_regions(original.source):
+            _tag(cell, "exercise")
         cells.append(cell)
-    note = package_note(chapter)
-    if note:
-        first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
-        cells.insert(first_markdown + 1, nbformat.v4.new_markdown_cell(note))
+    first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
+    cells.insert(first_markdown + 1, nbformat.v4.new_markdown_cell(package_note(chapter, chapters)))
     for cell in cells:
         cell.pop("id", None)
     notebook.cells = cells
@@ -267,6 +419,8 @@ def api_module_page(export: Export, chapter: Chapter, public: list[str]) -> str:
         lines.append(f".. auto{kind}:: transformer.{export.module}.{name}")
         if kind == "class":
             lines += ["   :members:", "   :show-inheritance:"]
+        elif name in export.computed:  # its value is the build machine's (a path, a device)
+            lines.append("   :no-value:")
         lines.append("")
     lines += ["```", ""]
     return "\n".join(lines)
@@ -284,6 +438,13 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
         "itself unless marked *module only*.", "",
         "```{toctree}", ":hidden:", "",
     ]
+    home = {n: export.module for chapter in chapters for export in chapter_exports(chapter) for n in export.names}
+    groups = ["## The top level, by use", "",
+              "What `import transformer` holds, grouped by what a user of the models does with it:", ""]
+    for group, names in TOP_LEVEL.items():
+        links = ", ".join(f"{{py:obj}}`~transformer.{home[n]}.{n}`" for n in names if n in home)
+        groups += [f"- **{group}**: {links}"]
+    groups.append("")
     tables = []
     for chapter in chapters:
         for export in chapter_exports(chapter):
@@ -302,9 +463,22 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
                     summary += " (*module only*)"
                 tables.append(f"| {{py:obj}}`~transformer.{export.module}.{n}` | {summary} |")
             tables.append("")
-    index += ["```", ""] + tables
+    index += ["```", ""] + groups + tables
     pages["api/index.md"] = "\n".join(index)
     return pages
+
+
+README_DURATIONS = re.compile(r"<!-- durations\b[^>]*-->\n(.*?)\n<!-- /durations -->", re.S)
+
+
+def readme_durations() -> str:
+    """The README's paragraph on how long the book and the site take to build, which the
+    landing page shows, so that the two never disagree."""
+    found = README_DURATIONS.search((ROOT / "README.md").read_text(encoding="utf-8"))
+    if not found:
+        raise SystemExit("README.md lost its `<!-- durations -->` ... `<!-- /durations -->` "
+                         "paragraph, which the website's landing page shows")
+    return found.group(1).strip() + "\n"
 
 
 def export_styles(chapters: list[Chapter]) -> str:
@@ -348,14 +522,17 @@ def assemble(chapters: list[Chapter], site: Site = Site()) -> tuple[int, str]:
     wanted: dict[Path, bytes | str] = {}
     for path in BOOK.rglob("*"):
         relative = path.relative_to(BOOK)
-        if path.is_file() and path.name != "conf.py" and relative.parts[0] != "_static" \
+        if path.is_file() and path.name != "conf.py" \
+                and relative.parts[0] not in ("_static", "_templates") \
                 and "__pycache__" not in relative.parts:
             wanted[src / relative] = path.read_bytes()
     for chapter in chapters:
-        wanted[src / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(reading_copy(chapter))
+        wanted[src / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(
+            reading_copy(chapter, chapters, site.edition))
     for name, text in api_pages(chapters).items():
         wanted[src / name] = text
     wanted[src / GENERATED / "chapter_map.md"] = chapter_map(chapters)
+    wanted[src / GENERATED / "durations.md"] = readme_durations()
     wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
     wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters)
     before = {p for p in src.rglob("*") if p.is_file()} if src.exists() else set()
@@ -374,16 +551,28 @@ def sphinx_build(site: Site, quiet: bool = True, write_all: bool = False) -> int
     from sphinx.cmd.build import build_main
 
     args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(site.doctrees),
-            str(site.src), str(site.html)]
+            "-t", site.edition, str(site.src), str(site.html)]
     return build_main((["-q"] if quiet else []) + (["-a"] if write_all else []) + args)
 
 
+def offered_notebook(chapter: Chapter, edition: str) -> nbformat.NotebookNode:
+    """What a chapter's download button gives: the chapter as executed (directives
+    included) or, in the student edition, the student copy that `make student` writes;
+    under its title, a note on installing the package it imports."""
+    notebook = copy.deepcopy(chapter.notebook)
+    title = next((i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown"), -1)
+    note = nbformat.v4.new_markdown_cell(download_note(on_page=False))
+    note.id = "book-download-note"
+    notebook.cells.insert(title + 1, note)
+    return student_copy(notebook, chapter.name) if edition == "student" else notebook
+
+
 def offer_notebooks(chapters: list[Chapter], site: Site) -> None:
-    """The download button offers each chapter as executed, directives included."""
+    """Put each chapter's download (offered_notebook) where the download button points."""
     for chapter in chapters:
         target = site.html / "_sources" / "chapters" / f"{chapter.name}.ipynb"
         if target.parent.exists():
-            shutil.copyfile(chapter.path, target)
+            write_if_changed(target, nbformat.writes(offered_notebook(chapter, site.edition)))
 
 
 def _parse_cell(source: str) -> ast.Module | None:
@@ -538,11 +727,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", type=Path, default=CHAPTERS,
                         help="folder of executed NN_name.ipynb files (default: chapters/)")
     parser.add_argument("--clean", action="store_true", help="rebuild everything")
-    parser.add_argument("--out", type=Path, default=BUILD,
-                        help="build folder: html/, site-src/, doctrees/ (default: _build/)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="build folder: html/, site-src/, doctrees/ (default: _build/, "
+                             "or _build/student/ for the student edition)")
+    parser.add_argument("--edition", choices=EDITIONS, default="full",
+                        help="full: solutions folded under each exercise (default); student: "
+                             "the chapters as `make student` hands them out, no solutions")
     parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
     args = parser.parse_args(argv)
-    return build(args.notebooks.resolve(), Site(args.out.resolve()), clean=args.clean,
+    out = args.out or (BUILD if args.edition == "full" else BUILD / "student")
+    return build(args.notebooks.resolve(), Site(out.resolve(), args.edition), clean=args.clean,
                  quiet=not args.verbose)
 
 

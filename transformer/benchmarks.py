@@ -8,12 +8,14 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.model import Transformer
+from transformer.multihead import MultiHeadAttention
 from transformer.positional import PositionalEncoding
 
 
@@ -279,8 +281,9 @@ def bytes_per_token(model: Transformer) -> int:
 
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
-    skipped = {id(p) for layer in model.decoder.layers
-               for p in (*layer.cross_attn.k_proj.parameters(), *layer.cross_attn.v_proj.parameters())}
+    cross = [cast(MultiHeadAttention, layer.cross_attn) for layer in model.decoder.layers]
+    skipped = {id(p) for attention in cross
+               for p in (*attention.k_proj.parameters(), *attention.v_proj.parameters())}
     decoder = [p for p in model.decoder.parameters() if id(p) not in skipped]
     generator = list(model.generator.parameters())
     weights = {id(p): p for p in decoder + generator}  # a tied table counted once

@@ -120,7 +120,7 @@ class EncoderBlock(nn.Module):
             ValueError: x or src_mask has the wrong shape.
             TypeError: x's dtype differs from the weights', or src_mask is not bool.
         """
-        _check_stream(x, self.d_model, "x", self.norm1.weight.dtype)
+        _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
         if self.norm_first:  # Pre-LN: the residual stream itself is never normalised
             x = x + self._sa_block(self.norm1(x), src_mask)
             return x + self._ff_block(self.norm2(x))
@@ -195,6 +195,7 @@ class DecoderBlock(nn.Module):
     def _mha_block(self, x: Tensor, memory: Tensor, mask: Tensor | None,
                    cache: dict | None = None) -> Tensor:
         # query from the target, keys and values from the source: [B, T, d_model]
+        assert self.cross_attn is not None and self.dropout2 is not None  # built with cross_attention
         return self.dropout2(_attend(self.cross_attn, x, memory, mask, cache, static_kv=True))
 
     def _ff_block(self, x: Tensor) -> Tensor:
@@ -223,7 +224,7 @@ class DecoderBlock(nn.Module):
                 to a block without cross-attention (or missing for one with it).
             TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
         """
-        dtype = self.norm1.weight.dtype
+        dtype = self.self_attn.out_proj.weight.dtype
         _check_stream(x, self.d_model, "x", dtype)
         if not self.cross_attention:
             if memory is not None or memory_mask is not None:
@@ -247,12 +248,14 @@ class DecoderBlock(nn.Module):
         self_cache = cross_cache = None
         if cache is not None:
             self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
+        norm2 = self.norm2
+        assert norm2 is not None  # built with cross_attention, checked above
         if self.norm_first:
             x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache)
-            x = x + self._mha_block(self.norm2(x), memory, memory_mask, cross_cache)
+            x = x + self._mha_block(norm2(x), memory, memory_mask, cross_cache)
             return x + self._ff_block(self.norm3(x))
         x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache))
-        x = self.norm2(x + self._mha_block(x, memory, memory_mask, cross_cache))
+        x = norm2(x + self._mha_block(x, memory, memory_mask, cross_cache))
         return self.norm3(x + self._ff_block(x))
 
 # %% chapters/07_blocks.ipynb, cell 22

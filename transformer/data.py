@@ -119,6 +119,7 @@ def _verb_phrase(verb: tuple, tense: str, mood: str, third: bool) -> tuple[list[
     }
     aux, word, zh_pre, zh_verb = table[tense, mood]
     if mood == "question":
+        assert aux is not None  # every question of the table has its auxiliary
         return [aux], [word], zh_pre, zh_verb
     if mood == "negation":
         return [], [aux, "not", word], zh_pre, zh_verb
@@ -503,8 +504,8 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
         The ids, [B, T], dtype long.
 
     Raises:
-        ValueError: seqs is empty, one of its sequences is empty, or pad_id is not a
-            non-negative integer.
+        ValueError: seqs is empty, one of its sequences is empty or holds something other
+            than integer ids, or pad_id is not a non-negative integer.
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -514,6 +515,9 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
     lengths = [len(s) for s in seqs]
     if min(lengths) == 0:
         raise ValueError(f"sequence {lengths.index(0)} of the batch is empty")
+    for i, s in enumerate(seqs):
+        if isinstance(s, str) or not all(isinstance(x, int) and not isinstance(x, bool) for x in s):
+            raise ValueError(f"seqs must hold sequences of integer ids; sequence {i} is {list(s)[:5]!r}")
     out = torch.full((len(seqs), max(lengths)), pad_id, dtype=torch.long)  # [B, T]
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)

@@ -13,15 +13,23 @@ from transformer.model import PAPER_CONFIGS
 # Every key a training config may hold, with its default. A config file (TOML or JSON)
 # gives some of them; the rest keep these values (the book's small translator, chapter 09).
 CONFIG_DEFAULTS: dict[str, dict] = {
-    "model": {"paper": None, "d_model": 64, "num_heads": 4, "num_encoder_layers": 2,
-              "num_decoder_layers": 2, "d_ff": 128, "dropout": 0.1, "max_len": 32},
-    "data": {"pairs": None, "corpus_size": 30_000, "valid_size": 1000, "seed": 0},
+    "model": {"task": "translation", "paper": None, "d_model": 64, "num_heads": 4, "num_encoder_layers": 2,
+              "num_decoder_layers": 2, "num_layers": 2, "d_ff": 128, "dropout": 0.1, "max_len": 32},
+    "data": {"pairs": None, "corpus_size": 30_000, "valid_size": 1000, "seed": 0,
+             "corpus": None, "min_count": 2, "seq_len": 32},
     "train": {"steps": 800, "batch_size": 128, "micro_batches": 1, "warmup": 300, "factor": 1.0,
-              "eps": 0.1, "clip": 1.0, "seed": 0, "precision": "fp32", "device": "auto",
-              "checkpoint_every": 100, "keep": 2, "log_every": 50},
+              "lr": None, "weight_decay": 0.1, "eps": 0.1, "clip": 1.0, "seed": 0, "precision": "fp32",
+              "device": "auto", "checkpoint_every": 100, "keep": 2, "log_every": 50, "eval_every": 0,
+              "save_dtype": "float32"},
 }
+# What a config trains: chapter 09's translator (pairs of sentences) or chapter 11's language
+# model (a stream of text). Keys of the other task are ignored: for "lm", model.num_layers
+# (not the encoder's and decoder's), data.corpus, min_count and seq_len (not pairs,
+# corpus_size, valid_size), and train.eps (label smoothing) does not apply.
+TASKS = ("translation", "lm")
 PRECISIONS = ("fp32", "bf16", "fp16")  # fp16 needs a GPU (and a gradient scaler)
 DEVICES = ("auto", "cpu", "cuda")  # auto: the process's GPU if there is one, else the CPU
+SAVE_DTYPES = ("float32", "float16", "bfloat16")  # the final model's weights; half precision halves the file
 
 
 def _read_config_file(path: Path) -> dict:
@@ -84,7 +92,8 @@ def load_config(config: str | Path | dict) -> dict:
         model = {**model, **PAPER_CONFIGS[model["paper"]], **document.get("model", {})}
     data = {**CONFIG_DEFAULTS["data"], **document.get("data", {})}
     train = {**CONFIG_DEFAULTS["train"], **document.get("train", {})}
-    for key in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "d_ff", "max_len"):
+    _check_choice("model.task", model["task"], TASKS)
+    for key in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers", "num_layers", "d_ff", "max_len"):
         _check_int(f"model.{key}", model[key])
     _check_float("model.dropout", model["dropout"], 0.0, 1.0)
     if model["d_model"] % model["num_heads"]:
@@ -95,8 +104,19 @@ def load_config(config: str | Path | dict) -> dict:
     _check_int("data.corpus_size", data["corpus_size"])
     _check_int("data.valid_size", data["valid_size"], 0)
     _check_int("data.seed", data["seed"], 0)
+    if data["corpus"] is not None and not isinstance(data["corpus"], str):
+        raise ValueError(f"data.corpus must be a file name (a string), got {data['corpus']!r}")
+    _check_int("data.min_count", data["min_count"])
+    _check_int("data.seq_len", data["seq_len"])
+    if model["task"] == "lm" and data["seq_len"] > model["max_len"]:
+        raise ValueError(f"data.seq_len ({data['seq_len']}) must not exceed model.max_len ({model['max_len']})")
     for key in ("steps", "batch_size", "micro_batches", "warmup", "checkpoint_every", "keep", "log_every"):
         _check_int(f"train.{key}", train[key])
+    _check_int("train.eval_every", train["eval_every"], 0)
+    if train["lr"] is not None:
+        _check_float("train.lr", train["lr"], 0.0, low_closed=False)
+    _check_float("train.weight_decay", train["weight_decay"], 0.0)
+    _check_choice("train.save_dtype", train["save_dtype"], SAVE_DTYPES)
     _check_int("train.seed", train["seed"], 0)
     _check_float("train.factor", train["factor"], 0.0, low_closed=False)
     _check_float("train.eps", train["eps"], 0.0, 1.0)
@@ -315,6 +335,7 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
     return total.to(tensor.device)
 
 # %% chapters/12_distributed.ipynb, cell 13
+from typing import cast
 from collections.abc import Callable
 
 from safetensors import safe_open
@@ -445,7 +466,7 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
         raise ValueError(f"cannot resume from {str(pointer.parent)!r}: {type(err).__name__}: {err}") from None
     except Exception as err:  # safetensors reports a corrupt file with its own error type
         raise ValueError(f"cannot resume from {str(path)!r}: {err}") from None
-    return _from_json(document, tensors)
+    return cast(dict, _from_json(document, tensors))
 
 # %% chapters/12_distributed.ipynb, cell 15
 import signal
@@ -457,7 +478,9 @@ from functools import partial
 from tqdm import tqdm
 
 from transformer.data import PAD_ID
+from transformer.lm import LanguageModel, lm_loss, perplexity, save_language_model
 from transformer.model import Transformer, count_parameters
+from transformer.text import CORPUS_FILE, CharVocab, encode_stream, read_corpus, sequential_windows, split_documents
 from transformer.training import TrainState, evaluate_loss, make_optimizer, save_checkpoint, train_step, translation_loss
 
 
@@ -488,18 +511,164 @@ def autocast(precision: str, device: torch.device) -> AbstractContextManager:
 
 
 class _Forward:
-    """What `translation_loss` calls as its model: the (DDP) replica, under autocast.
+    """What the loss function calls as its model: the (DDP) replica, under autocast.
 
     The logits come back in float32, so that the softmax and the loss are computed in
-    full precision whatever the forward pass ran in.
+    full precision whatever the forward pass ran in. pad_id is the model's (the
+    translation loss reads it).
     """
 
     def __init__(self, replica: torch.nn.Module, pad_id: int, precision: str, device: torch.device):
         self.replica, self.pad_id, self.precision, self.device = replica, pad_id, precision, device
 
-    def __call__(self, src: Tensor, tgt: Tensor) -> Tensor:
+    def __call__(self, *inputs: Tensor) -> Tensor:
         with autocast(self.precision, self.device):
-            return self.replica(src, tgt).float()  # [B, T, V] float32
+            return self.replica(*inputs).float()  # [B, T, V] float32
+
+
+class Task(NamedTuple):
+    """What a config trains, in the form the loop needs; the loop itself is the same for both.
+
+    Attributes:
+        model: the model, on this process's device, the same initial weights everywhere.
+        batches: epoch -> that epoch's global batches (the same on every process).
+        loss_fn: (forward, batch) -> (mean loss, token count), as chapter 09's train_step takes it.
+        valid_loss: model -> its mean loss on the validation set (None without one).
+        save: (directory, model, metrics) -> writes the finished model where a user loads it.
+        describe: one line for the log: the data and the size of a batch.
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+
+    model: torch.nn.Module
+    batches: Callable[[int], list]
+    loss_fn: Callable
+    valid_loss: Callable[[torch.nn.Module], float | None]
+    save: Callable[[Path, torch.nn.Module, dict], None]
+    describe: str
+
+
+def translation_task(cfg: dict, procs: Processes) -> Task:
+    """Chapter 09's translator on the config's sentence pairs (batches of batch_size sentences).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    model_cfg, train_cfg = cfg["model"], cfg["train"]
+    train_pairs, valid_pairs = load_pairs(cfg["data"])
+    src_vocab = Vocab.build(en for en, _ in train_pairs)
+    tgt_vocab = Vocab.build(zh for _, zh in train_pairs)
+    sizes = {k: model_cfg[k] for k in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
+                                       "d_ff", "dropout", "max_len")}
+    model = Transformer(len(src_vocab), len(tgt_vocab), **sizes, pad_id=PAD_ID).to(procs.device)
+
+    def batches(epoch: int) -> list:
+        return epoch_batches(train_pairs, src_vocab, tgt_vocab, batch_size=train_cfg["batch_size"],
+                             seed=train_cfg["seed"] + epoch, max_len=model.max_len, world_size=procs.world_size)
+
+    def valid_loss(trained: torch.nn.Module) -> float | None:
+        if not valid_pairs:
+            return None
+        valid = make_batches(valid_pairs, src_vocab, tgt_vocab, batch_size=500, max_len=model.max_len)
+        return evaluate_loss(trained, valid, partial(translation_loss, eps=train_cfg["eps"]))
+
+    def save(directory: Path, trained: torch.nn.Module, metrics: dict) -> None:
+        save_checkpoint(directory, trained, src_vocab, tgt_vocab, metrics=metrics)
+
+    return Task(model, batches, lambda forward, batch: translation_loss(forward, batch, train_cfg["eps"]),
+                valid_loss, save, f"{len(train_pairs):,} sentence pairs, batch {train_cfg['batch_size']} sentences")
+
+
+def lm_epoch_batches(stream: Tensor, *, batch_size: int, seq_len: int, seed: int,
+                     world_size: int) -> list[tuple[Tensor, Tensor]]:
+    """One epoch of a language model's global batches: every window of the stream once, shuffled.
+
+    The stream is cut into consecutive windows of seq_len (chapter 11's sequential_windows)
+    from a random offset below seq_len, so that each epoch cuts the text at other places;
+    the windows are shuffled and grouped by batch_size, the last incomplete batch dropped.
+    The same seed gives the same batches on every process.
+
+    Args:
+        stream: the training ids [N] (chapter 11's encode_stream).
+        batch_size: windows per global batch, >= world_size.
+        seq_len: the window length T.
+        seed: the epoch's seed (the config's seed + the epoch).
+        world_size: the number of processes.
+
+    Returns:
+        A list of (inputs [batch_size, T], labels [batch_size, T]).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    offset = random.Random(seed).randrange(seq_len)
+    inputs, labels = sequential_windows(stream[offset:], seq_len)  # [W, T] each
+    order = torch.randperm(len(inputs), generator=torch.Generator().manual_seed(seed))
+    return [(inputs[rows], labels[rows]) for rows in order.split(batch_size)
+            if len(rows) == batch_size >= world_size]
+
+
+def language_model_task(cfg: dict, procs: Processes) -> Task:
+    """Chapter 11's language model on a corpus (default the shipped Tang poems), split and encoded
+    as chapter 11 does (batches of batch_size windows of seq_len characters).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    model_cfg, data_cfg, train_cfg = cfg["model"], cfg["data"], cfg["train"]
+    documents = read_corpus(data_cfg["corpus"] or CORPUS_FILE)
+    split = split_documents(documents, seed=data_cfg["seed"])
+    vocab = CharVocab.build((d.text for d in split.train), min_count=data_cfg["min_count"])
+    train_stream = encode_stream([d.text for d in split.train], vocab)  # [N]
+    valid_stream = encode_stream([d.text for d in split.valid], vocab)
+    model = LanguageModel(len(vocab), model_cfg["d_model"], model_cfg["num_heads"], model_cfg["num_layers"],
+                          model_cfg["d_ff"], model_cfg["dropout"], model_cfg["max_len"]).to(procs.device)
+    seq_len = data_cfg["seq_len"]
+
+    def batches(epoch: int) -> list:
+        return lm_epoch_batches(train_stream, batch_size=train_cfg["batch_size"], seq_len=seq_len,
+                                seed=train_cfg["seed"] + epoch, world_size=procs.world_size)
+
+    def valid_loss(trained: torch.nn.Module) -> float:
+        return math.log(perplexity(trained, valid_stream.to(procs.device), seq_len))
+
+    def save(directory: Path, trained: torch.nn.Module, metrics: dict) -> None:
+        save_language_model(directory, trained, vocab, metrics=metrics, dtype=getattr(torch, train_cfg["save_dtype"]))
+
+    return Task(model, batches, lm_loss, valid_loss, save,
+                f"{len(split.train):,} documents ({len(train_stream):,} ids, {len(vocab):,} tokens), "
+                f"batch {train_cfg['batch_size']} x {seq_len}")
+
+
+def make_adamw(model: torch.nn.Module, lr: float, warmup: int, steps: int, weight_decay: float = 0.1
+               ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW with a linear warm-up to lr and a cosine decay to lr / 10 at `steps`: the usual
+    optimizer of language models since GPT-2 (chapter 09's Adam and schedule are the paper's).
+
+    Weight decay applies to the matrices (embeddings and projections), not to biases and norms.
+
+    Args:
+        model: the model to train.
+        lr: the peak learning rate, > 0.
+        warmup: warm-up updates, > 0.
+        steps: the run's updates, > 0 (the end of the decay).
+        weight_decay: AdamW's decoupled decay of the matrices, >= 0 (default 0.1).
+
+    Returns:
+        (optimizer, scheduler); call scheduler.step() after each optimizer.step().
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    matrices = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    others = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": matrices, "weight_decay": weight_decay},
+                                   {"params": others, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+    def factor(i: int) -> float:  # update i + 1's rate / lr
+        progress = min(i, steps) / steps
+        return min(1.0, (i + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+TASK_BUILDERS = {"translation": translation_task, "lm": language_model_task}
 
 
 def rng_state() -> dict:
@@ -550,18 +719,37 @@ class _StopRequest:
         return bool(all_reduce_sum(flag).item() > 0)
 
 
+def _check_same_config(saved: dict | None, cfg: dict, out_dir: Path) -> None:
+    """A ValueError naming the keys whose values differ from the checkpoint's config, if any.
+
+    The model's sizes and the data decide what the checkpoint's tensors and position mean;
+    train.steps may grow (to train further), and logging and saving may change.
+    """
+    if saved is None:  # a checkpoint written before configs were stored: load_state_dict decides
+        return
+    may_change = {"steps", "checkpoint_every", "keep", "log_every", "device"}
+    changed = [f"{section}.{key} ({saved[section].get(key)!r} -> {value!r})"
+               for section in ("model", "data", "train") for key, value in cfg[section].items()
+               if not (section == "train" and key in may_change) and saved[section].get(key) != value]
+    if changed:
+        raise ValueError(f"the checkpoint in {str(out_dir)!r} was written with another config: "
+                         f"{', '.join(changed)}; resume with the config that wrote it, or pass another --out")
+
+
 def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progress: bool = True,
                       verbose: bool = True, kill_at: tuple[int, int] | None = None) -> dict:
-    """Train a translator as the config says, on this process and the others torchrun started.
+    """Train what the config says (a translator or a language model), on this process and the
+    others torchrun started.
 
     Every process builds the same model (same seed) and walks the same shuffled global
     batches, taking its own rows of each (`shard`). DDP sums the gradients; `train_step`
     divides them by the whole batch's tokens. Rank 0 alone logs, shows the progress bar
     and writes checkpoints: every checkpoint_every steps and on SIGTERM, a resume
     checkpoint into out_dir/checkpoints (model, optimizer, schedule, step, epoch and
-    position in the data, every process's random generators); at the end the model with
-    its vocabularies into out_dir/model (chapter 09's format: `translate --checkpoint`
-    loads it). If out_dir/checkpoints holds a checkpoint, training resumes from it.
+    position in the data, every process's random generators); at the end the model into
+    out_dir/model (a translator in chapter 09's format, which `translate --checkpoint`
+    loads; a language model in chapter 11's, which `load_language_model` loads). If
+    out_dir/checkpoints holds a checkpoint, training resumes from it.
 
     Args:
         config: a config file or dict, as `load_config` takes it.
@@ -576,7 +764,8 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         {"step": [...], "loss": [...], "grad_norm": [...]} of the updates this call made
         (of the whole global batch), "tokens" (their target tokens, all processes), "seconds" and
         "cpu_seconds" (wall and this process's CPU time of the loop), "stopped" (True if
-        stopped by SIGTERM), "valid_loss" (rank 0, at the end, else None), "world_size".
+        stopped by SIGTERM), "valid_loss" (rank 0, at the end, else None), "valid_curve"
+        (rank 0: [step, validation loss] every eval_every steps), "world_size".
         Rank 0 also stores them in out_dir/model/config.json's metrics.
 
     Raises:
@@ -585,19 +774,21 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
     """
     cfg = load_config(config)
-    model_cfg, train_cfg = cfg["model"], cfg["train"]
+    train_cfg = cfg["train"]
     out_dir = Path(out_dir)
     procs = start_processes(train_cfg["device"])
     if train_cfg["precision"] == "fp16" and procs.device.type != "cuda":
         raise ValueError("train.precision 'fp16' needs a GPU (and its gradient scaler); on a CPU use 'bf16'")
-    train_pairs, valid_pairs = load_pairs(cfg["data"])
-    src_vocab = Vocab.build(en for en, _ in train_pairs)
-    tgt_vocab = Vocab.build(zh for _, zh in train_pairs)
     torch.manual_seed(train_cfg["seed"])  # the same initial weights on every process
-    sizes = {k: v for k, v in model_cfg.items() if k != "paper"}
-    model = Transformer(len(src_vocab), len(tgt_vocab), **sizes, pad_id=PAD_ID).to(procs.device)
+    task = TASK_BUILDERS[cfg["model"]["task"]](cfg, procs)
+    model = task.model
     scaler = torch.amp.GradScaler("cuda") if train_cfg["precision"] == "fp16" else None
-    state = TrainState(model, *make_optimizer(model, train_cfg["warmup"], train_cfg["factor"]), scaler=scaler)
+    if train_cfg["lr"] is None:  # chapter 09's Adam and the paper's schedule
+        optimizer = make_optimizer(model, train_cfg["warmup"], train_cfg["factor"], d_model=cfg["model"]["d_model"])
+    else:
+        optimizer = make_adamw(model, train_cfg["lr"], train_cfg["warmup"], train_cfg["steps"],
+                               train_cfg["weight_decay"])
+    state = TrainState(model, *optimizer, scaler=scaler)
     torch.manual_seed(train_cfg["seed"] + 1 + procs.rank)  # dropout: each process its own masks
     random.seed(train_cfg["seed"] + procs.rank)
     epoch, position = 0, 0
@@ -606,40 +797,46 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         if saved["world_size"] != procs.world_size:
             raise ValueError(f"the checkpoint in {str(out_dir)!r} was written by {saved['world_size']} "
                              f"processes; resume it with as many (got {procs.world_size})")
-        state.load_state_dict(saved["train_state"])
+        _check_same_config(saved.get("config"), cfg, out_dir)
+        try:
+            state.load_state_dict(saved["train_state"])
+        except (RuntimeError, KeyError, ValueError) as err:  # a checkpoint of another model
+            raise ValueError(f"the checkpoint in {str(out_dir)!r} does not fit this config's model "
+                             f"({str(err).splitlines()[0]}); resume it with the config that wrote it, "
+                             "or pass another --out") from None
         epoch, position = saved["epoch"], saved["position"]
         set_rng_state(saved["rng"][procs.rank])
     replica = replicate(model, procs)
     forward = _Forward(replica, model.pad_id, train_cfg["precision"], procs.device)
-    loss_fn = lambda _model, batch: translation_loss(forward, batch, train_cfg["eps"])  # noqa: E731
+    loss_fn = lambda _model, batch: task.loss_fn(cast(torch.nn.Module, forward), batch)  # noqa: E731
     step_args = dict(clip=train_cfg["clip"], micro_batches=train_cfg["micro_batches"],
                      no_sync=getattr(replica, "no_sync", None),
                      all_reduce=all_reduce_sum if procs.world_size > 1 else None)
     rank0 = procs.rank == 0
+    history: dict = {"step": [], "loss": [], "grad_norm": [], "tokens": 0, "stopped": False, "valid_loss": None,
+                     "valid_curve": [] if saved is None else saved.get("valid_curve", []),
+                     "world_size": procs.world_size}
 
     def save() -> None:
         rngs = _gather(rng_state(), procs)  # every process's generators, to rank 0
         if rank0:
             save_resume_checkpoint(out_dir / "checkpoints", {
                 "step": state.step, "epoch": epoch, "position": position, "world_size": procs.world_size,
-                "train_state": state.state_dict(), "rng": rngs}, keep=train_cfg["keep"])
+                "config": cfg, "train_state": state.state_dict(), "rng": rngs,
+                "valid_curve": history["valid_curve"]}, keep=train_cfg["keep"])
 
-    history: dict = {"step": [], "loss": [], "grad_norm": [], "tokens": 0, "stopped": False, "valid_loss": None,
-                     "world_size": procs.world_size}
     log = tqdm(total=train_cfg["steps"], initial=state.step, disable=not (progress and rank0),
                mininterval=5.0, unit="step", file=sys.stdout)
     say = log.write if verbose and rank0 else (lambda text: None)  # prints above the bar
-    say(f"rank 0 of {procs.world_size} on {procs.device}: {count_parameters(model):,} parameters, "
-                  f"batch {train_cfg['batch_size']} sentences, {train_cfg['precision']}, "
+    say(f"rank 0 of {procs.world_size} on {procs.device}: {cfg['model']['task']}, {count_parameters(model):,} "
+        f"parameters, {task.describe}, {train_cfg['precision']}, "
         f"{'resuming at' if saved else 'starting at'} step {state.step}")
     stop = _StopRequest()
     model.train()
     start_wall, start_cpu = time.perf_counter(), time.process_time()  # this process's CPU time
     try:
         while state.step < train_cfg["steps"] and not history["stopped"]:
-            batches = epoch_batches(train_pairs, src_vocab, tgt_vocab, batch_size=train_cfg["batch_size"],
-                                    seed=train_cfg["seed"] + epoch, max_len=model.max_len,
-                                    world_size=procs.world_size)
+            batches = task.batches(epoch)
             while position < len(batches) and state.step < train_cfg["steps"]:
                 mine = shard(batches[position], procs.rank, procs.world_size)
                 result = train_step(state, tuple(t.to(procs.device) for t in mine), loss_fn, **step_args)
@@ -653,6 +850,10 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
                 log.update(1)
                 if state.step % train_cfg["log_every"] == 0:
                     say(f"step {state.step}: loss {result.loss:.4f}, lr {result.lr:.2e}")
+                if rank0 and train_cfg["eval_every"] and state.step % train_cfg["eval_every"] == 0:
+                    history["valid_curve"].append([state.step, task.valid_loss(model)])  # eval mode inside
+                    model.train()
+                    say(f"step {state.step}: validation loss {history['valid_curve'][-1][1]:.4f}")
                 history["stopped"] = stop.agreed(procs) if procs.world_size > 1 else stop.requested
                 if state.step % train_cfg["checkpoint_every"] == 0 or history["stopped"]:
                     save()
@@ -666,10 +867,8 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
             if state.step % train_cfg["checkpoint_every"]:
                 save()
             if rank0:
-                if valid_pairs:
-                    valid = make_batches(valid_pairs, src_vocab, tgt_vocab, batch_size=500, max_len=model.max_len)
-                    history["valid_loss"] = evaluate_loss(model, valid, partial(translation_loss, eps=train_cfg["eps"]))
-                save_checkpoint(out_dir / "model", model, src_vocab, tgt_vocab, metrics={
+                history["valid_loss"] = task.valid_loss(model)
+                task.save(out_dir / "model", model, {
                     "config": cfg, **{k: v for k, v in history.items() if k not in ("step", "loss", "grad_norm")},
                     "step": state.step, "losses": history["loss"], "grad_norms": history["grad_norm"]})
         say(f"stopped by SIGTERM at step {state.step}; checkpoint saved: run the same command to resume"
@@ -686,6 +885,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
 
 # %% chapters/12_distributed.ipynb, cell 17
 import argparse
+from importlib import resources
 
 
 def train_command(argv: list[str] | None = None) -> int:
@@ -706,20 +906,66 @@ def train_command(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m transformer train",
-        description="Train the translator as CONFIG says; under `torchrun --nproc_per_node=N` on N processes.")
-    parser.add_argument("config", help="a .toml or .json training config (see configs/)")
+        description="Train what CONFIG says (a translator or a language model); under `torchrun "
+                    "--nproc_per_node=N` on N processes.")
+    parser.add_argument("config", nargs="?", help="a .toml or .json training config; "
+                        "`--example book > my.toml` writes one to start from")
+    parser.add_argument("--example", choices=example_configs(), default=None,
+                        help="print a config shipped with the package (book: the toy translator; base, "
+                        "big: the paper's models; lm: chapter 11's language model) and exit")
     parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
                         "a checkpoint found there is resumed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.example is not None:
+        if args.config is not None:
+            parser.error("give either CONFIG or --example, not both")
+        print(example_config(args.example), end="")
+        return 0
+    if args.config is None:
+        parser.error("the config is required: a .toml or .json file (`--example book > my.toml` writes one)")
     kill_at = os.environ.get("TRANSFORMER_KILL_AT")
     try:
         train_from_config(
             args.config, args.out or Path("runs") / Path(args.config).stem, progress=not args.no_progress,
-            kill_at=tuple(int(x) for x in kill_at.split(":")) if kill_at else None)
+            kill_at=_rank_and_step(kill_at) if kill_at else None)
     except ValueError as err:
         print(f"train: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the run directory cannot be written (a file in the way, no space, ...)
+        print(f"train: cannot write the run in {str(args.out or 'runs/')!r}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
     return 0
 
-__all__ = ["CONFIG_DEFAULTS", "PRECISIONS", "DEVICES", "load_config", "load_pairs", "epoch_batches", "shard", "Processes", "start_processes", "sum_gradients", "replicate", "all_reduce_sum", "LATEST", "save_resume_checkpoint", "load_resume_checkpoint", "autocast", "rng_state", "set_rng_state", "train_from_config", "train_command"]
+
+def _rank_and_step(text: str) -> tuple[int, int]:
+    """TRANSFORMER_KILL_AT="RANK:STEP" as (rank, step)."""
+    rank, step = text.split(":")
+    return int(rank), int(step)
+
+
+def example_configs() -> list[str]:
+    """The names of the configs shipped with the package (transformer/configs/NAME.toml).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("transformer").joinpath("configs").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def example_config(name: str) -> str:
+    """The text of the shipped config NAME (see example_configs), to copy and edit.
+
+    Raises:
+        ValueError: no shipped config has that name.
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    if name not in example_configs():
+        raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")
+    return resources.files("transformer").joinpath("configs", f"{name}.toml").read_text(encoding="utf-8")
+
+__all__ = ["CONFIG_DEFAULTS", "TASKS", "PRECISIONS", "DEVICES", "SAVE_DTYPES", "load_config", "load_pairs", "epoch_batches", "shard", "Processes", "start_processes", "sum_gradients", "replicate", "all_reduce_sum", "LATEST", "save_resume_checkpoint", "load_resume_checkpoint", "autocast", "Task", "translation_task", "lm_epoch_batches", "language_model_task", "make_adamw", "TASK_BUILDERS", "rng_state", "set_rng_state", "train_from_config", "train_command", "example_configs", "example_config"]

@@ -3,6 +3,7 @@
 
 # %% chapters/01_embedding.ipynb, cell 14
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -15,7 +16,7 @@ def _check_int(name: str, value: object, minimum: int = 1) -> int:
         kind = {0: "a non-negative integer", 1: "a positive integer"}.get(
             minimum, f"an integer >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
-    return value
+    return cast(int, value)  # a SymInt stands for an int while tracing
 
 
 def _check_float(name: str, value: object, low: float, high: float = math.inf,
@@ -24,9 +25,8 @@ def _check_float(name: str, value: object, low: float, high: float = math.inf,
 
     NaN fails every comparison, so it is refused too; so are bools and infinities.
     """
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and (low <= value if low_closed else low < value) and value < high)
-    if not ok:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not (low <= value if low_closed else low < value) or not value < high):
         interval = f"{'[' if low_closed else '('}{low:g}, {high:g})"
         raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
     return float(value)

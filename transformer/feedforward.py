@@ -2,6 +2,8 @@
 """Position-wise feed-forward network: the code that chapter 06 builds."""
 
 # %% chapters/06_feedforward.ipynb, cell 13
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -43,7 +45,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        self.activation = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}[activation]
+        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
+        self.activation = functions[activation]
         self.gate = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # W_g, b_g
 
     def forward(self, x: Tensor) -> Tensor:

@@ -4,13 +4,16 @@
 # %% chapters/10_generation.ipynb, cell 16
 import math
 from collections.abc import Callable, Iterator
+from typing import Any, cast
 from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
 
 from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.embedding import _check_id_range
 from transformer.masks import padding_mask
+from transformer.model import Transformer
 
 
 @contextmanager
@@ -38,9 +41,22 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
             module.training = mode
 
 
-def _check_src(model: nn.Module, src: object) -> Tensor:
+def _check_model(model: object, encoder_decoder: bool) -> nn.Module:
+    """model if it is an nn.Module (of the kind asked for), else a TypeError that says what to pass."""
+    if not isinstance(model, nn.Module):
+        hint = "; a Translator's model is translator.model" if hasattr(model, "model") else ""
+        raise TypeError(f"model must be a model (a torch.nn.Module), got {type(model).__name__}{hint}")
+    if encoder_decoder and not callable(getattr(model, "encode", None)):
+        raise TypeError(f"model must be an encoder-decoder model with encode() and decode() (a chapter-08 "
+                        f"Transformer), got {type(model).__name__}; a decoder-only model continues a "
+                        "prompt with generate(model, prompt) or model.generate(prompt)")
+    return model
+
+
+def _check_src(model: Transformer, src: object) -> Tensor:
     """src if it is token ids [batch >= 1, src_len >= 1] with a real token in every row."""
-    _check_token_ids("src", src)
+    _check_model(model, encoder_decoder=True)
+    src = _check_token_ids("src", src)
     if src.dim() != 2 or src.size(0) == 0 or src.size(1) == 0:
         raise ValueError(f"src must be token ids [batch, src_len] with batch >= 1 and src_len >= 1, "
                          f"got shape {tuple(src.shape)}")
@@ -51,7 +67,7 @@ def _check_src(model: nn.Module, src: object) -> Tensor:
     return src
 
 
-def _source_mask(model: nn.Module, src: Tensor, src_mask: Tensor | None) -> Tensor:
+def _source_mask(model: Transformer, src: Tensor, src_mask: Tensor | None) -> Tensor:
     """src_mask, checked, or the model's padding mask of src: bool [B, 1, 1, S], True = may attend."""
     if src_mask is None:
         return model.make_src_mask(src)
@@ -77,23 +93,29 @@ def _check_length(model: nn.Module, max_new_tokens: int | None) -> int:
     return max_new_tokens
 
 
-def _blocked_logits(model: nn.Module, bos_id: int, eos_id: int | None, device: torch.device) -> Tensor:
+def _vocab_size(model: nn.Module) -> int:
+    """The number of ids the model scores: its output layer's width (or its vocab_size)."""
+    generator = getattr(model, "generator", None)
+    return generator.out_features if isinstance(generator, nn.Linear) else int(cast(int, model.vocab_size))
+
+
+def _blocked_logits(vocab: int, pad_id: int, bos_id: int, eos_id: int | None,
+                    device: torch.device) -> Tensor:
     """Check the special ids; return [V], -inf at <pad> and <bos> and 0 elsewhere, to add to logits."""
-    vocab = model.generator.out_features  # the target vocabulary
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         if (value is not None or name == "bos_id") and _check_int(name, value, 0) >= vocab:
             raise ValueError(f"{name} must be a token id in [0, {vocab - 1}] (the model's target "
                              f"vocabulary), got {value}")
-    if bos_id == model.pad_id:
-        raise ValueError(f"bos_id must differ from the model's pad_id, got {bos_id} for both")
-    if eos_id in (bos_id, model.pad_id):
-        raise ValueError(f"eos_id must differ from bos_id ({bos_id}) and pad_id ({model.pad_id}): "
+    if bos_id == pad_id:
+        raise ValueError(f"bos_id must differ from pad_id, got {bos_id} for both")
+    if eos_id in (bos_id, pad_id):
+        raise ValueError(f"eos_id must differ from bos_id ({bos_id}) and pad_id ({pad_id}): "
                          f"decoders never write those, got eos_id={eos_id}")
     if vocab <= 2:
         raise ValueError(f"the model's target vocabulary ({vocab} ids) has no token besides <pad> "
                          "and <bos>: there is nothing to write")
     block = torch.zeros(vocab, device=device)
-    block[[model.pad_id, bos_id]] = -math.inf  # decoders never write <pad> or <bos>
+    block[[pad_id, bos_id]] = -math.inf  # decoders never write <pad> or <bos>
     return block
 
 # %% chapters/10_generation.ipynb, cell 22
@@ -138,10 +160,12 @@ class KVCache(dict):
         if self.k_buffer is None:  # allocated once, for the longest output
             shape = (k.size(0), k.size(1), self.capacity, k.size(3))
             self.k_buffer, self.v_buffer = k.new_empty(shape), v.new_empty(shape)
-        self.k_buffer[:, :, self.length:self.length + n] = k  # written in place
-        self.v_buffer[:, :, self.length:self.length + n] = v
+        k_buffer, v_buffer = self.k_buffer, self.v_buffer
+        assert k_buffer is not None and v_buffer is not None  # allocated above
+        k_buffer[:, :, self.length:self.length + n] = k  # written in place
+        v_buffer[:, :, self.length:self.length + n] = v
         self.length += n
-        return self.k_buffer[:, :, :self.length], self.v_buffer[:, :, :self.length]
+        return k_buffer[:, :, :self.length], v_buffer[:, :, :self.length]
 
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows `index`, in that order (beam search's survivors).
@@ -149,7 +173,7 @@ class KVCache(dict):
         Args:
             index: the rows to keep, a LongTensor [new_batch].
         """
-        if self.k_buffer is not None:
+        if self.k_buffer is not None and self.v_buffer is not None:
             self.k_buffer = self.k_buffer.index_select(0, index)
             self.v_buffer = self.v_buffer.index_select(0, index)
             self["k"], self["v"] = self.k_buffer[:, :, :self.length], self.v_buffer[:, :, :self.length]
@@ -165,13 +189,16 @@ class IncrementalDecoder:
     [batch, tgt_vocab] for position t. With use_cache, only the positions it has not
     seen yet go through the decoder: the self-attention keys and values of earlier
     positions come from per-layer KVCaches, and the cross-attention keys and values
-    are computed on the first call and then reused.
+    are computed on the first call and then reused. With memory None it drives a
+    decoder-only model (chapter 11's language model), whose prompt is the prefix.
 
     Args:
         model: an encoder-decoder model with `decode(tgt, memory, src_mask, tgt_mask,
-            caches, start)` and `pad_id` (a chapter-08 Transformer).
-        memory: the encoder output [batch, src_len, d_model], computed once.
-        src_mask: bool [batch, 1, 1, src_len], True = may attend.
+            caches, start)` and `pad_id` (a chapter-08 Transformer); or, with memory None,
+            a decoder-only model `model(ids, caches, start)` (caches only if use_cache).
+        memory: the encoder output [batch, src_len, d_model], computed once; None for a
+            decoder-only model.
+        src_mask: bool [batch, 1, 1, src_len], True = may attend (None with memory None).
         use_cache: keep keys and values between calls (default True).
         capacity: the most target positions the caches will hold, <bos> included
             (default: the model's max_len).
@@ -179,14 +206,15 @@ class IncrementalDecoder:
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
 
-    def __init__(self, model: nn.Module, memory: Tensor, src_mask: Tensor, use_cache: bool = True,
-                 capacity: int | None = None):
-        self.model, self.memory, self.src_mask = model, memory, src_mask
+    def __init__(self, model: nn.Module, memory: Tensor | None, src_mask: Tensor | None,
+                 use_cache: bool = True, capacity: int | None = None):
+        self.model = cast(Any, model)  # a Transformer, or a decoder-only model (duck-typed)
+        self.memory, self.src_mask = memory, src_mask
         self.use_cache = _check_bool("use_cache", use_cache)
-        capacity = model.max_len if capacity is None else _check_int("capacity", capacity)
+        size: int = self.model.max_len if capacity is None else _check_int("capacity", capacity)
         # One cache per decoder layer: "self" grows by a position per step, "cross" is filled once.
-        self.caches = ([{"self": KVCache(capacity), "cross": {}} for _ in model.decoder.layers]
-                       if use_cache else None)
+        self.caches: list[dict] | None = ([{"self": KVCache(size), "cross": {}} for _ in self.model.decoder.layers]
+                                          if use_cache else None)
         self.seen = 0  # target positions already in the caches
 
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -198,6 +226,12 @@ class IncrementalDecoder:
         Returns:
             Logits [batch, tgt_vocab] for position t.
         """
+        if self.memory is None:  # a decoder-only model: the prefix is all it reads
+            if not self.use_cache:
+                return self.model(tokens)[:, -1]
+            logits = self.model(tokens[:, self.seen:], self.caches, start=self.seen)  # [batch, n, V]
+            self.seen = tokens.size(1)
+            return logits[:, -1]
         if not self.use_cache:  # recompute every position, keep the last
             return self.model.decode(tokens, self.memory, self.src_mask)[:, -1]
         new = tokens[:, self.seen:]  # [batch, n]: positions the caches have not seen
@@ -219,7 +253,7 @@ class IncrementalDecoder:
                 cross-attention keys and values); beam search passes False, since all
                 the hypotheses of one source share them (default True).
         """
-        if cross:
+        if cross and self.memory is not None and self.src_mask is not None:
             self.memory = self.memory.index_select(0, index)
             self.src_mask = self.src_mask.index_select(0, index)
         for cache in self.caches or []:
@@ -229,14 +263,66 @@ class IncrementalDecoder:
                     cache["cross"][name] = tensor.index_select(0, index)
 
 # %% chapters/10_generation.ipynb, cell 24
-def _autoregressive(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Tensor],
-                    bos_id: int, eos_id: int | None, max_new_tokens: int | None,
-                    use_cache: bool, src_mask: Tensor | None) -> Tensor:
-    """The loop of greedy decoding and sampling; `choose` maps logits [B, V] to ids [B]."""
+def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
+                    choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
+                    max_new_tokens: int, streamer: object = None,
+                    stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+    """The loop of greedy decoding and sampling, for any next-token scorer.
+
+    tokens [B, L] holds each row's prefix (lengths[b] ids: `<bos>`, or a prompt) then
+    padding, L = max(lengths) + max_new_tokens; step(tokens[:, :t]) returns the logits
+    [B, V] of position t; choose maps logits [B, V] to ids [B]. A row ends at eos_id,
+    when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
+    """
+    try:
+        return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
+                     stopping_criteria)
+    finally:
+        if streamer is not None:
+            streamer.end()  # type: ignore[attr-defined]
+
+
+def _check_logits(logits: Tensor, t: int) -> Tensor:
+    """logits, unless they hold NaN: then no choice would mean anything (argmax of NaN is arbitrary)."""
+    if bool(logits.isnan().any()):
+        raise ValueError(f"the model's logits for position {t} hold NaN: its weights (or its inputs) are "
+                         "broken, e.g. by a diverged training run; check them with "
+                         "torch.isfinite(p).all() for p in model.parameters()")
+    return logits
+
+
+def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
+          choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
+          max_new_tokens: int, streamer: object, stopping_criteria: Callable[[Tensor, Tensor], object] | None
+          ) -> Tensor:
+    done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # [B]
+    for t in range(int(lengths.min()), tokens.size(1)):
+        logits = _check_logits(step(tokens[:, :t]), t)  # [B, V]
+        forced = t < lengths  # [B]: rows still inside their prefix take its next id
+        next_id = torch.where(forced, tokens[:, t], choose(logits + block))  # never <pad> or <bos>
+        new = ~forced & ~done  # [B]: rows that generated a token at t
+        tokens[:, t] = next_id.masked_fill(done, pad_id)  # a finished row gets padding
+        if streamer is not None:
+            streamer.put(next_id.masked_fill(~new, pad_id))  # type: ignore[attr-defined]
+        if eos_id is not None:
+            done |= new & (next_id == eos_id)
+        if stopping_criteria is not None:
+            done |= new & torch.as_tensor(stopping_criteria(tokens[:, :t + 1], logits), device=done.device)
+        done |= t + 1 - lengths >= max_new_tokens  # the row's budget is spent
+        if bool(done.all()):
+            return tokens[:, :t + 1].contiguous()
+    return tokens
+
+
+def _decode_translation(model: Transformer, src: Tensor, choose: Callable[[Tensor], Tensor], bos_id: int,
+                        eos_id: int | None, max_new_tokens: int | None, use_cache: bool,
+                        src_mask: Tensor | None, streamer: object = None,
+                        stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+    """Greedy decoding or sampling for an encoder-decoder model: encode once, then the loop."""
     _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
     _check_bool("use_cache", use_cache)
-    block = _blocked_logits(model, bos_id, eos_id, src.device)  # [V]: -inf at <pad>, <bos>
+    block = _blocked_logits(_vocab_size(model), model.pad_id, bos_id, eos_id, src.device)  # [V]
     with eval_mode(model):
         src_mask = _source_mask(model, src, src_mask)  # [B, 1, 1, S], True = may attend
         memory = model.encode(src, src_mask)  # [B, S, d_model]: once per source
@@ -244,20 +330,15 @@ def _autoregressive(model: nn.Module, src: Tensor, choose: Callable[[Tensor], Te
         batch = src.size(0)
         tokens = torch.full((batch, 1 + max_new_tokens), model.pad_id, dtype=torch.long, device=src.device)
         tokens[:, 0] = bos_id
-        done = torch.zeros(batch, dtype=torch.bool, device=src.device)
-        for t in range(1, 1 + max_new_tokens):
-            next_id = choose(step(tokens[:, :t]) + block)  # [B], never <pad> or <bos>
-            tokens[:, t] = next_id.masked_fill(done, model.pad_id)  # a finished row gets padding
-            if eos_id is not None:
-                done |= next_id == eos_id
-                if bool(done.all()):
-                    return tokens[:, :t + 1].contiguous()
-    return tokens
+        lengths = torch.ones(batch, dtype=torch.long, device=src.device)  # the prefix: <bos>
+        return _autoregressive(step, tokens, lengths, choose, block, eos_id, model.pad_id, max_new_tokens,
+                               streamer, stopping_criteria)
 
 
-def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None,
+def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None,
                   max_new_tokens: int | None = None, use_cache: bool = True,
-                  src_mask: Tensor | None = None) -> Tensor:
+                  src_mask: Tensor | None = None, *, streamer: object = None,
+                  stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
     """Translate a batch by taking the most likely token at every step.
 
     Never writes `<pad>` or `<bos>`. The model's train/eval modes are restored afterwards.
@@ -275,21 +356,27 @@ def greedy_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
             work; default True).
         src_mask: bool [batch, 1, 1, src_len], True = may attend (default: the padding
             mask of src).
+        streamer: an object whose `put(ids)` receives each step's new ids [batch]
+            (model.pad_id for a row that has ended) and whose `end()` is called at the end,
+            as Hugging Face's streamers; default None.
+        stopping_criteria: a function (tokens so far [batch, t], the step's logits
+            [batch, V]) -> bool [batch] (or one bool for all rows) that ends the rows it
+            marks, after the token just written; default None.
 
     Returns:
         Ids [batch, 1 + n], n <= max_new_tokens: `<bos>`, the generated ids, and after its
         own `<eos>` each row holds model.pad_id. The loop stops when every row has ended.
 
     Raises:
-        TypeError: src is not an integer tensor.
+        TypeError: model is not an encoder-decoder model, or src not an integer tensor.
         ValueError: an argument is out of range (the message names it): src empty or a
             row only padding, a special id outside the vocabulary or equal to another,
             max_new_tokens < 1 or beyond max_len, use_cache not a bool, a bad src_mask.
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    return _autoregressive(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
-                           max_new_tokens, use_cache, src_mask)
+    return _decode_translation(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
+                               max_new_tokens, use_cache, src_mask, streamer, stopping_criteria)
 
 # %% chapters/10_generation.ipynb, cell 42
 def _check_top_p(top_p: object) -> float:
@@ -335,10 +422,11 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     return logits
 
 
-def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None,
+def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None,
                   max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None, generator: torch.Generator | None = None,
-                  use_cache: bool = True, src_mask: Tensor | None = None) -> Tensor:
+                  use_cache: bool = True, src_mask: Tensor | None = None, *, streamer: object = None,
+                  stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
     """Translate a batch by sampling each token from softmax(logits / temperature).
 
     Optionally restricted to the top-k tokens and/or the top-p nucleus (see
@@ -359,16 +447,27 @@ def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
             global one).
         use_cache: reuse the decoder's keys and values between steps (default True).
         src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
+        streamer: receives each step's new ids, as for greedy_decode (default None).
+        stopping_criteria: ends the rows it marks, as for greedy_decode (default None).
 
     Returns:
         Ids [batch, 1 + n], laid out as greedy_decode's.
 
     Raises:
-        TypeError: src is not an integer tensor, or generator is not a torch.Generator.
+        TypeError: model is not an encoder-decoder model, src not an integer tensor, or
+            generator not a torch.Generator.
         ValueError: an argument is out of range (the message names it).
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
+    choose = _sampler(temperature, top_k, top_p, generator)
+    return _decode_translation(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask,
+                               streamer, stopping_criteria)
+
+
+def _sampler(temperature: float, top_k: int | None, top_p: float | None,
+             generator: torch.Generator | None) -> Callable[[Tensor], Tensor]:
+    """Check the sampling options; return choose: logits [B, V] -> ids [B], drawn."""
     _check_float("temperature", temperature, 0.0, low_closed=False)
     if top_k is not None:
         _check_int("top_k", top_k)
@@ -381,7 +480,7 @@ def sample_decode(model: nn.Module, src: Tensor, bos_id: int, eos_id: int | None
         probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _autoregressive(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask)
+    return choose
 
 # %% chapters/10_generation.ipynb, cell 48
 def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
@@ -406,7 +505,7 @@ def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
     return ((5.0 + length.float()) / 6.0) ** alpha
 
 
-def sequence_scores(model: nn.Module, src: Tensor, tgt: Tensor, alpha: float = 0.6,
+def sequence_scores(model: Transformer, src: Tensor, tgt: Tensor, alpha: float = 0.6,
                     src_mask: Tensor | None = None) -> Tensor:
     """Length-normalised log-probability log P(tgt|src) / length_penalty(|tgt|) of each target.
 
@@ -436,6 +535,7 @@ def sequence_scores(model: nn.Module, src: Tensor, tgt: Tensor, alpha: float = 0
     if tgt.dim() != 2 or tgt.size(0) != src.size(0) or tgt.size(1) < 2:
         raise ValueError(f"tgt must be [batch={src.size(0)}, 1 + n] with n >= 1 (<bos> then the generated "
                          f"tokens), got shape {tuple(tgt.shape)}")
+    _check_id_range("tgt", tgt, _vocab_size(model))
     real = tgt[:, 1:] != model.pad_id  # [B, n]: generated tokens, <eos> included
     empty = ~real.any(dim=1)
     if bool(empty.any()):
@@ -453,9 +553,10 @@ def sequence_scores(model: nn.Module, src: Tensor, tgt: Tensor, alpha: float = 0
     return total / length_penalty(real.sum(dim=-1), alpha)
 
 # %% chapters/10_generation.ipynb, cell 50
-def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
+def beam_search(model: Transformer, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
                 alpha: float = 0.6, max_new_tokens: int | None = None, use_cache: bool = True,
-                keep_greedy: bool = True, src_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                keep_greedy: bool = True, src_mask: Tensor | None = None,
+                num_return_sequences: int = 1) -> tuple[Tensor, Tensor]:
     """Beam search with GNMT's length penalty (the paper: beam_size 4, alpha 0.6).
 
     Keeps, for each source, the `beam_size` best hypotheses under
@@ -476,81 +577,121 @@ def beam_search(model: nn.Module, src: Tensor, bos_id: int, eos_id: int, beam_si
             return it when it scores higher, so that the score is never below greedy
             decoding's (default True).
         src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
+        num_return_sequences: how many of each source's hypotheses to return, best
+            first, at most beam_size (default 1); more than 1 needs keep_greedy=False,
+            since the greedy row may repeat a beam's hypothesis.
 
     Returns:
-        (tokens [batch, 1 + n] laid out as greedy_decode's, scores [batch]): the best
-        hypothesis of each source and its score, as sequence_scores computes it.
+        (tokens [batch * num_return_sequences, 1 + n] laid out as greedy_decode's,
+        scores [batch * num_return_sequences]): the best hypotheses of each source (those
+        of source b in rows b * num_return_sequences ...) and their scores, as
+        sequence_scores computes them.
 
     Raises:
-        TypeError: src is not an integer tensor.
+        TypeError: model is not an encoder-decoder model, or src not an integer tensor.
         ValueError: an argument is out of range (the message names it).
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
     _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
-    _check_int("beam_size", beam_size)
-    _check_float("alpha", alpha, 0.0)
+    rows = _check_beam_options(beam_size, alpha, keep_greedy, num_return_sequences)
     _check_bool("use_cache", use_cache)
-    _check_bool("keep_greedy", keep_greedy)
     if eos_id is None:
         raise ValueError("eos_id must be a token id: beam search ranks finished hypotheses")
-    block = _blocked_logits(model, bos_id, eos_id, src.device)  # [V]: -inf at <pad>, <bos>
-    batch, k, device = src.size(0), beam_size, src.device
-    rows = k + (keep_greedy and k > 1)  # R rows per source: the beam, then the greedy row
+    block = _blocked_logits(_vocab_size(model), model.pad_id, bos_id, eos_id, src.device)  # [V]
     with eval_mode(model):
         src_mask = _source_mask(model, src, src_mask)
         memory = model.encode(src, src_mask)  # [B, S, d]: once per source, then ...
         step = IncrementalDecoder(model, memory.repeat_interleave(rows, 0),  # ... [B*R, S, d]
                                   src_mask.repeat_interleave(rows, 0), use_cache, 1 + max_new_tokens)
-        tokens = torch.full((batch * rows, 1 + max_new_tokens), model.pad_id, dtype=torch.long, device=device)
+        tokens = torch.full((src.size(0), 1 + max_new_tokens), model.pad_id, dtype=torch.long, device=src.device)
         tokens[:, 0] = bos_id
-        logp = torch.zeros(batch, rows, device=device)  # log P of each hypothesis so far
-        logp[:, 1:k] = -math.inf  # the k beam rows start identical: expand only the first
-        length = torch.zeros(batch, rows, dtype=torch.long, device=device)
-        done = torch.zeros(batch, rows, dtype=torch.bool, device=device)
-        offsets = torch.arange(batch, device=device)[:, None] * rows  # [B, 1]
-        frozen = torch.full_like(block, -math.inf)
-        frozen[model.pad_id] = 0.0  # a finished hypothesis has one continuation, padding, at no cost
-        max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
-        for t in range(1, 1 + max_new_tokens):
-            logits = step(tokens[:, :t]).float().view(batch, rows, -1)  # [B, R, V]
-            vocab = logits.size(-1)
-            step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
-            cand_logp = logp[..., None] + step_logp  # [B, R, V]
-            cand_len = length + (~done).long()  # [B, R]
-            cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
-            best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
-            parent, token = best // vocab, best % vocab  # which hypothesis, which next token
-            if rows > k:  # the greedy row: its own most likely token (padding once finished)
-                greedy = torch.where(done[:, k], model.pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
-                parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
-                token = torch.cat([token, greedy[:, None]], dim=1)
-            logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
-            length = cand_len.gather(-1, parent)
-            done = done.gather(-1, parent) | (token == eos_id)
-            survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
-            tokens = tokens.index_select(0, survivors)
-            tokens[:, t] = token.view(-1)
-            step.reorder(survivors, cross=False)  # the rows of a source share their source
-            if bool(done.all()):
-                break
-            # Can an unfinished hypothesis still overtake the best finished one?
-            finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
-            ceiling = torch.where(done, -math.inf, logp / max_lp)
-            if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all()):
-                break
-        final = logp / length_penalty(length, alpha)  # [B, R]
-        scores, best_row = final.max(dim=-1)  # [B]
-        result = tokens[offsets.squeeze(1) + best_row, : t + 1]  # [B, 1 + n]
-        used = (result != model.pad_id).any(dim=0).nonzero()  # drop all-padding columns
-    return result[:, : int(used.max()) + 1], scores
+        lengths = torch.ones(src.size(0), dtype=torch.long, device=src.device)  # the prefix: <bos>
+        return _beam_loop(step, tokens, lengths, beam_size, rows, alpha, block, eos_id, model.pad_id,
+                          max_new_tokens, num_return_sequences)
+
+
+def _check_beam_options(beam_size: int, alpha: float, keep_greedy: bool, num_return_sequences: int) -> int:
+    """Check them; return R, the rows per source: the beam, and the greedy row if kept."""
+    _check_int("beam_size", beam_size)
+    _check_float("alpha", alpha, 0.0)
+    _check_bool("keep_greedy", keep_greedy)
+    _check_int("num_return_sequences", num_return_sequences)
+    if num_return_sequences > beam_size:
+        raise ValueError(f"num_return_sequences ({num_return_sequences}) must not exceed the beam "
+                         f"({beam_size}): a beam holds that many hypotheses per source")
+    if num_return_sequences > 1 and keep_greedy:
+        raise ValueError("num_return_sequences > 1 needs keep_greedy=False: the greedy row may repeat a "
+                         "hypothesis of the beam")
+    return beam_size + (keep_greedy and beam_size > 1)
+
+
+def _beam_loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor, k: int, rows: int,
+               alpha: float, block: Tensor, eos_id: int, pad_id: int, max_new_tokens: int,
+               num_return_sequences: int = 1) -> tuple[Tensor, Tensor]:
+    """Beam search over any next-token scorer: step(tokens [B*R, t]) -> logits [B*R, V].
+
+    tokens [B, L] holds each source's prefix (lengths[b] ids) then padding, as for
+    _autoregressive; each source has R rows: k beam rows, then (R > k) the greedy row.
+    """
+    batch, device = tokens.size(0), tokens.device
+    forced_ids = tokens  # [B, L]: the prefixes, read while a source is still inside its own
+    tokens = tokens.repeat_interleave(rows, 0)  # [B*R, L]
+    logp = torch.zeros(batch, rows, device=device)  # log P of each hypothesis so far
+    logp[:, 1:k] = -math.inf  # the k beam rows start identical: expand only the first
+    length = torch.zeros(batch, rows, dtype=torch.long, device=device)  # generated tokens
+    done = torch.zeros(batch, rows, dtype=torch.bool, device=device)
+    offsets = torch.arange(batch, device=device)[:, None] * rows  # [B, 1]
+    frozen = torch.full_like(block, -math.inf)
+    frozen[pad_id] = 0.0  # a finished hypothesis has one continuation, padding, at no cost
+    max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
+    for t in range(int(lengths.min()), tokens.size(1)):
+        logits = _check_logits(step(tokens[:, :t]), t).float().view(batch, rows, -1)  # [B, R, V]
+        vocab = logits.size(-1)
+        step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
+        forced = t < lengths  # [B]: sources still inside their prefix take its next id, at no cost
+        if bool(forced.any()):
+            one_id = torch.full((batch, 1, vocab), -math.inf, device=device)
+            one_id.scatter_(-1, forced_ids[:, t, None, None], 0.0)  # [B, 1, V]
+            step_logp = torch.where(forced[:, None, None], one_id, step_logp)
+        cand_logp = logp[..., None] + step_logp  # [B, R, V]
+        cand_len = length + (~done & ~forced[:, None]).long()  # [B, R]
+        cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
+        best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
+        parent, token = best // vocab, best % vocab  # which hypothesis, which next token
+        if rows > k:  # the greedy row: its own most likely token (padding once finished)
+            greedy = torch.where(done[:, k], pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
+            greedy = torch.where(forced, forced_ids[:, t], greedy)
+            parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
+            token = torch.cat([token, greedy[:, None]], dim=1)
+        logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
+        length = cand_len.gather(-1, parent)
+        done = done.gather(-1, parent) | ((token == eos_id) & ~forced[:, None]) | (length >= max_new_tokens)
+        survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
+        tokens = tokens.index_select(0, survivors)
+        tokens[:, t] = token.view(-1)
+        step.reorder(survivors, cross=False)  # type: ignore[attr-defined]  # rows of a source share it
+        if bool(done.all()):
+            break
+        # Can an unfinished hypothesis still overtake the best finished one?
+        finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
+        ceiling = torch.where(done, -math.inf, logp / max_lp)
+        if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all()):
+            break
+    final = logp / length_penalty(length, alpha)  # [B, R]
+    # A stable sort, so that of two equal scores the first row wins (as max would pick it).
+    scores, order = final.sort(dim=-1, descending=True, stable=True)
+    scores, order = scores[:, :num_return_sequences], order[:, :num_return_sequences]  # [B, n]
+    result = tokens[(offsets + order).view(-1), : t + 1]  # [B*n, L']
+    used = (result != pad_id).any(dim=0).nonzero()  # drop all-padding columns
+    return result[:, : int(used.max()) + 1], scores.reshape(-1)
 
 # %% chapters/10_generation.ipynb, cell 60
 import inspect
 
 
-def cross_attention_weights(model: nn.Module, src: Tensor, tgt: Tensor) -> Tensor:
+def cross_attention_weights(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
     """Cross-attention weights of every decoder layer while the decoder reads tgt.
 
     Forward hooks on each layer's cross-attention record its weights during one
@@ -582,8 +723,9 @@ def cross_attention_weights(model: nn.Module, src: Tensor, tgt: Tensor) -> Tenso
 
     hooks = []
     for layer in model.decoder.layers:
-        hooks.append(layer.cross_attn.register_forward_pre_hook(ask_for_weights, with_kwargs=True))
-        hooks.append(layer.cross_attn.register_forward_hook(lambda _m, _i, out: found.append(out[1])))
+        attention = cast(nn.Module, layer.cross_attn)
+        hooks.append(attention.register_forward_pre_hook(ask_for_weights, with_kwargs=True))
+        hooks.append(attention.register_forward_hook(lambda _m, _i, out: found.append(out[1])))
     try:
         with eval_mode(model):
             model(src, tgt)
@@ -597,6 +739,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from transformer.data import BOS_ID, EOS_ID, Vocab, pad_sequences
+from transformer.model import _as_directory
 from transformer.training import (
     SRC_VOCAB_FILE,
     TGT_VOCAB_FILE,
@@ -637,7 +780,7 @@ class Translator:
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
 
-    def __init__(self, model: nn.Module, src_vocab: Vocab, tgt_vocab: Vocab):
+    def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab):
         self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
 
     def encode(self, sentences: list[str]) -> Tensor:
@@ -717,9 +860,9 @@ def load_translator(directory: str | Path | None = None) -> Translator:
 
     Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
     """
-    directory = TRANSLATOR_CHECKPOINT if directory is None else Path(directory)
+    directory = TRANSLATOR_CHECKPOINT if directory is None else _as_directory(directory)
     checkpoint = load_checkpoint(directory)
-    if checkpoint.src_vocab is None:
+    if checkpoint.src_vocab is None or checkpoint.tgt_vocab is None:
         raise ValueError(f"{directory}: a model without vocabularies ({SRC_VOCAB_FILE}, {TGT_VOCAB_FILE}); "
                          "a translator needs them: save it with save_checkpoint(..., src_vocab, tgt_vocab)")
     return Translator(checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab)
@@ -798,4 +941,221 @@ def translate_command(argv: list[str] | None = None) -> int:
             status = 2
     return status
 
-__all__ = ["eval_mode", "KVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate", "translate_command"]
+# %% chapters/10_generation.ipynb, cell 74
+from transformer.model import PretrainedModel
+
+
+def _special_id(model: nn.Module, name: str, given: int | None) -> int:
+    """The given id, or the model's own (model.bos_id, ...), or an error that says to pass it."""
+    if given is not None:
+        return given
+    value = getattr(model, name, None)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} is not in {type(model).__name__}'s config: pass {name}=...")
+    return value
+
+
+def _check_attention_mask(input_ids: Tensor, attention_mask: object) -> Tensor:
+    """attention_mask as bool [B, T] (True = token), checked against input_ids."""
+    if not isinstance(attention_mask, Tensor) or attention_mask.shape != input_ids.shape:
+        got = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        raise ValueError(f"attention_mask must be a tensor of input_ids' shape {tuple(input_ids.shape)} "
+                         f"(1 for a token, 0 for padding), got {got}")
+    if attention_mask.dtype != torch.bool:
+        if attention_mask.is_floating_point() or not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+            raise ValueError("attention_mask must hold only 0 and 1 (or False and True): 1 for a token, "
+                             "0 for padding")
+        attention_mask = attention_mask == 1
+    empty = ~attention_mask.any(dim=1)
+    if bool(empty.any()):
+        raise ValueError(f"attention_mask row {int(empty.nonzero()[0])} has no token: every input needs one")
+    return attention_mask
+
+
+def _prompts(input_ids: Tensor, mask: Tensor, pad_id: int, max_new_tokens: int) -> tuple[Tensor, Tensor]:
+    """Left-padded prompts [B, P] -> (tokens [B, max length + max_new_tokens], lengths [B]), each
+    prompt moved to position 0 (the layout of _autoregressive)."""
+    if bool((mask[:, 1:] < mask[:, :-1]).any()):
+        raise ValueError("attention_mask must be left padding (zeros, then ones) for a decoder-only "
+                         "model: pad the prompts on the left, as tokenizer.padding_side = 'left' does")
+    lengths = mask.sum(dim=1)  # [B]
+    if bool((input_ids[mask] == pad_id).any()):
+        raise ValueError(f"input_ids holds pad_id={pad_id} where attention_mask marks a token: a prompt "
+                         "cannot contain padding; mark padding with 0 in attention_mask")
+    width = int(lengths.max()) + max_new_tokens
+    tokens = torch.full((input_ids.size(0), width), pad_id, dtype=torch.long, device=input_ids.device)
+    index = torch.arange(input_ids.size(1), device=input_ids.device)  # [P]
+    shift = input_ids.size(1) - lengths  # [B]: padding before each prompt
+    source = (index[None, :] + shift[:, None]).clamp(max=input_ids.size(1) - 1)  # [B, P]
+    moved = input_ids.gather(1, source).masked_fill(index[None, :] >= lengths[:, None], pad_id)
+    tokens[:, : input_ids.size(1)] = moved
+    return tokens, lengths
+
+
+def _left_align(out: Tensor, lengths: Tensor, width: int, pad_id: int) -> Tensor:
+    """Rows [prompt, new ids] from position 0 -> left-padded so that the new ids start at column width."""
+    shift = width - lengths  # [B]
+    columns = out.size(1) + int(shift.max())
+    result = torch.full((out.size(0), columns), pad_id, dtype=out.dtype, device=out.device)
+    index = torch.arange(out.size(1), device=out.device)[None, :] + shift[:, None]  # [B, L]
+    result.scatter_(1, index, out)
+    used = (result != pad_id).any(dim=0).nonzero()  # drop trailing all-padding columns
+    return result[:, : max(width, int(used.max()) + 1)]
+
+
+def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
+             do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
+             top_p: float | None = None, num_beams: int = 1, num_return_sequences: int = 1,
+             alpha: float = 0.6, attention_mask: Tensor | None = None, bos_id: int | None = None,
+             eos_id: int | None = None, pad_id: int | None = None, ignore_eos: bool = False,
+             streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
+             generator: torch.Generator | None = None, use_cache: bool | None = None) -> Tensor:
+    """Generate token ids with either kind of model: greedy by default, sampling, or beam search.
+
+    `model.generate(...)` calls it. An encoder-decoder model (a chapter-08 Transformer)
+    reads input_ids as its source and writes `<bos>` then the output; a decoder-only model
+    (chapter 11's LanguageModel) continues input_ids as prompts, which may have several
+    lengths: left-padded, with an attention_mask. Each row is exactly what it would be
+    generated alone (greedy and beam search). Never writes `<pad>` or `<bos>`; the model's
+    modes are restored afterwards.
+
+    Args:
+        model: the model (an nn.Module; a Translator's model is translator.model).
+        input_ids: the source ids [B, S] of an encoder-decoder model, or the prompts
+            [B, P] of a decoder-only model (default None: one prompt, `<bos>`).
+        max_new_tokens: the most ids to generate per row, > 0 (default None: as many as
+            the model's max_len allows).
+        do_sample: sample from softmax(logits / temperature) instead of taking the most
+            likely id (default False: greedy, or beam search with num_beams > 1).
+        temperature: > 0, only with do_sample (default None: 1.0).
+        top_k: with do_sample, draw among the k most likely ids (default None: all).
+        top_p: with do_sample, draw within the top-p nucleus, p in (0, 1] (default None).
+        num_beams: > 1 for beam search with GNMT's length penalty (default 1).
+        num_return_sequences: outputs per input, > 0 (default 1): the best ones of the
+            beam, or independent draws with do_sample; rows of input b come together.
+        alpha: beam search's length penalty exponent, >= 0 (default 0.6).
+        attention_mask: [B, T], 1 (or True) for a token, 0 for padding (default None: for an
+            encoder-decoder model the ids that are not pad_id, for a decoder-only model
+            every id). A decoder-only model takes left padding only.
+        bos_id, eos_id, pad_id: the special ids (default None: the model's own, model.bos_id,
+            model.eos_id, model.pad_id).
+        ignore_eos: never end a row at eos_id (benchmarks; default False).
+        streamer: an object whose `put(ids)` receives each step's new ids [B] (pad_id for a
+            row without one) and whose `end()` is called at the end; not with beams.
+        stopping_criteria: a function (ids so far [B, t], logits [B, V]) -> bool [B] (or one
+            bool) that ends the rows it marks after their latest id; not with beams.
+        generator: a seeded torch.Generator for a reproducible draw (default None).
+        use_cache: reuse keys and values between steps (default None: when the model has
+            decoder layers that take a cache, as both of the book's models do).
+
+    Returns:
+        Ids [B * num_return_sequences, ...]: for an encoder-decoder model `<bos>` then the
+        output, as greedy_decode lays it out; for a decoder-only model the input (its left
+        padding kept) then the new ids from column P on. Each row ends with pad_id after
+        its `<eos>`.
+
+    Raises:
+        TypeError: model is not an nn.Module, input_ids not an integer tensor, or
+            generator not a torch.Generator.
+        ValueError: an option is out of range or contradicts another (the message names it
+            and says what to pass instead).
+
+    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    """
+    _check_model(model, encoder_decoder=False)
+    encoder_decoder = callable(getattr(model, "encode", None))
+    pad_id = _special_id(model, "pad_id", pad_id)
+    bos_id = _special_id(model, "bos_id", bos_id)
+    eos_id = None if _check_bool("ignore_eos", ignore_eos) else _special_id(model, "eos_id", eos_id)
+    _check_bool("do_sample", do_sample)
+    _check_int("num_beams", num_beams)
+    _check_int("num_return_sequences", num_return_sequences)
+    if not do_sample:
+        for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("generator", generator)):
+            if value is not None:
+                raise ValueError(f"{name} is used only when sampling: pass do_sample=True with it "
+                                 "(without it, generate takes the most likely id)")
+        if num_beams == 1 and num_return_sequences > 1:
+            raise ValueError(f"num_return_sequences={num_return_sequences} would repeat the same greedy "
+                             "output: pass do_sample=True, or num_beams >= num_return_sequences")
+    elif num_beams > 1:
+        raise ValueError("num_beams > 1 with do_sample=True (beam sampling) is not supported: pass one of them")
+    if num_beams > 1 and (streamer is not None or stopping_criteria is not None):
+        raise ValueError("streamer and stopping_criteria work with greedy decoding and sampling, not with "
+                         "num_beams > 1 (a beam's best hypothesis is known only at the end)")
+    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer must have put(ids) and end() methods, got {type(streamer).__name__}")
+    if stopping_criteria is not None and not callable(stopping_criteria):
+        raise TypeError(f"stopping_criteria must be a function (ids, logits) -> bool [batch], "
+                        f"got {type(stopping_criteria).__name__}")
+    has_cache = hasattr(getattr(model, "decoder", None), "layers")
+    use_cache = has_cache if use_cache is None else _check_bool("use_cache", use_cache)
+    if use_cache and not has_cache:
+        raise ValueError(f"use_cache=True needs a model whose decoder.layers take a KV cache; "
+                         f"{type(model).__name__} has none: pass use_cache=None or False")
+    if input_ids is None:
+        if encoder_decoder:
+            raise ValueError("input_ids is required for an encoder-decoder model: the source ids [batch, src_len]")
+        input_ids = torch.tensor([[bos_id]], device=next(model.parameters(), torch.empty(0)).device)
+    _check_token_ids("input_ids", input_ids)
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        raise ValueError(f"input_ids must be ids [batch, length] with batch, length > 0, got shape "
+                         f"{tuple(input_ids.shape)}")
+    mask = None if attention_mask is None else _check_attention_mask(input_ids, attention_mask)
+    choose = (_sampler(1.0 if temperature is None else temperature, top_k, top_p, generator) if do_sample
+              else (lambda logits: logits.argmax(dim=-1)))
+    if encoder_decoder:
+        translator = cast(Transformer, model)
+        if pad_id != translator.pad_id:
+            raise ValueError(f"pad_id={pad_id} differs from the model's pad_id={translator.pad_id}, on which "
+                             "its embeddings and masks are built: leave pad_id out for this model")
+        src_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, S]
+        if num_beams > 1:
+            tokens, _ = beam_search(translator, input_ids, bos_id, eos_id, num_beams, alpha, max_new_tokens,  # type: ignore[arg-type]
+                                    use_cache, keep_greedy=num_return_sequences == 1, src_mask=src_mask,
+                                    num_return_sequences=num_return_sequences)
+            return tokens
+        if num_return_sequences > 1:  # independent draws: each source repeated
+            input_ids = input_ids.repeat_interleave(num_return_sequences, 0)
+            src_mask = None if src_mask is None else src_mask.repeat_interleave(num_return_sequences, 0)
+        return _decode_translation(translator, input_ids, choose, bos_id, eos_id, max_new_tokens, use_cache,
+                                   src_mask, streamer, stopping_criteria)
+    # A decoder-only model: the prompts are the prefixes.
+    if num_beams > 1:
+        _check_beam_options(num_beams, alpha, False, num_return_sequences)
+        if eos_id is None:
+            raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
+    mask = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
+    lengths = mask.sum(dim=1)
+    limit = getattr(model, "max_len", None)
+    if max_new_tokens is None:
+        if limit is None:
+            raise ValueError(f"max_new_tokens is required: {type(model).__name__} has no max_len to bound it")
+        max_new_tokens = limit - int(lengths.max())
+        if max_new_tokens < 1:
+            raise ValueError(f"the longest prompt ({int(lengths.max())} ids) fills the model's "
+                             f"max_len={limit}: there is no position left to generate")
+    _check_int("max_new_tokens", max_new_tokens)
+    if limit is not None and int(lengths.max()) + max_new_tokens > limit:
+        raise ValueError(f"the longest prompt's {int(lengths.max())} ids plus max_new_tokens={max_new_tokens} "
+                         f"exceed the model's max_len={limit}: pass max_new_tokens <= {limit - int(lengths.max())}")
+    block = _blocked_logits(_vocab_size(model), pad_id, bos_id, eos_id, input_ids.device)  # [V]
+    tokens, lengths = _prompts(input_ids, mask, pad_id, max_new_tokens)
+    rows = num_beams if num_beams > 1 else num_return_sequences  # rows per prompt
+    with eval_mode(model):
+        step = IncrementalDecoder(model, None, None, use_cache, capacity=tokens.size(1))
+        if num_beams > 1:
+            out, _ = _beam_loop(step, tokens, lengths, num_beams, num_beams, alpha, block, eos_id,  # type: ignore[arg-type]
+                                pad_id, max_new_tokens, num_return_sequences)
+            lengths = lengths.repeat_interleave(num_return_sequences)
+        else:
+            tokens, lengths = tokens.repeat_interleave(rows, 0), lengths.repeat_interleave(rows)
+            out = _autoregressive(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens,
+                                  streamer, stopping_criteria)
+    return _left_align(out, lengths, input_ids.size(1), pad_id)
+
+
+# Every model built on chapter 08's PretrainedModel now has model.generate(...).
+PretrainedModel.generate_function = generate
+
+__all__ = ["eval_mode", "KVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate", "translate_command", "generate"]

@@ -9,8 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F811 (lm.py's own import)
-from transformer.generation import eval_mode
+from transformer.embedding import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
 from transformer.text import next_token_labels, sequential_windows
 from transformer.training import IGNORE_INDEX, evaluate_loss
 
@@ -37,10 +36,14 @@ class BigramLanguageModel(nn.Module):
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
 
+    unigram: Tensor  # [V], buffers (for type checkers: register_buffer is dynamic)
+    log_probs: Tensor  # [V, V]
+
     def __init__(self, stream: Tensor, vocab_size: int, weight: float = 0.5):
         super().__init__()
         self.vocab_size = _check_int("vocab_size", vocab_size)
         self.weight = _check_float("weight", weight, 0.0, 1.0)
+        self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID  # its stream's vocabulary's, for generate
         if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.dtype != torch.long or len(stream) < 2:
             raise ValueError("stream must be a 1-D LongTensor of at least 2 ids")
         if int(stream.min()) < 0 or int(stream.max()) >= vocab_size:
@@ -76,12 +79,19 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int
     Returns:
         (the mean cross-entropy over the counted labels, a scalar tensor; their number).
 
+    Raises:
+        ValueError: every label is IGNORE_INDEX (the mean of nothing would be NaN).
+
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
     inputs, labels = batch
+    counted = int((labels != IGNORE_INDEX).sum())
+    if counted == 0:
+        raise ValueError(f"every label is ignore_index={IGNORE_INDEX}: there is no position to average "
+                         "the loss over")
     logits = model(inputs)  # [B, T, V]
     loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
-    return loss, int((labels != IGNORE_INDEX).sum())
+    return loss, counted
 
 
 def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int = 64) -> float:
@@ -107,94 +117,8 @@ def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int =
     batches = list(zip(inputs.split(batch_size), labels.split(batch_size), strict=True))
     return math.exp(evaluate_loss(model, batches, lm_loss))
 
-# %% chapters/11_language_model.ipynb, cell 22
-from transformer.generation import KVCache, filter_logits
-
-
-def generate(model: nn.Module, prompt: Tensor, max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
-             eos_id: int | None = EOS_ID, generator: torch.Generator | None = None,
-             use_cache: bool | None = None) -> Tensor:
-    """Continue each prompt token by token, with chapter 10's samplers.
-
-    Each step scores the next token at the last position, never writes `<pad>` or
-    `<bos>`, and takes the most likely token (greedy) or samples from
-    softmax(logits / temperature), restricted by chapter 10's filter_logits to the top-k
-    tokens and/or the top-p nucleus. The model's modes are restored afterwards.
-
-    Args:
-        model: maps ids [B, T] to logits [B, T, V]; with use_cache it must also take
-            (ids, caches, start) and have `decoder.layers`, as LanguageModel does.
-        prompt: ids [B, P], P > 0, usually starting with `<bos>`; the prompts of one
-            batch have one length (no padding).
-        max_new_tokens: the most tokens to add, > 0; with a model that has a max_len,
-            P + max_new_tokens <= max_len.
-        temperature: divides the logits, > 0 (default 1.0).
-        top_k: sample among the k most likely tokens only (default None: all).
-        top_p: sample within the top-p nucleus only, p in (0, 1] (default None: all).
-        greedy: take the most likely token instead of sampling (default False).
-        eos_id: the id that ends a row, then padded with `<pad>` (default `<eos>`); None
-            never stops early.
-        generator: a seeded torch.Generator for a reproducible draw (default None).
-        use_cache: feed one new token per step and keep the keys and values of the
-            earlier ones in chapter 10's per-layer KVCache; False recomputes the whole
-            prefix at every step (default None: the cache if the model has
-            `decoder.layers`, as LanguageModel does, else no cache, as for the bigram).
-
-    Returns:
-        Ids [B, P + n], n <= max_new_tokens: the prompt, then the new tokens. The loop
-        stops when every row has ended.
-
-    Raises:
-        TypeError: prompt is not an integer tensor.
-        ValueError: an argument is out of range (the message names it).
-
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
-    """
-    _check_token_ids("prompt", prompt)
-    if prompt.dim() != 2 or prompt.numel() == 0:
-        raise ValueError(f"prompt must be ids of shape [batch, P] with batch, P > 0, got {tuple(prompt.shape)}")
-    _check_int("max_new_tokens", max_new_tokens)
-    _check_float("temperature", temperature, 0.0, low_closed=False)
-    _check_bool("greedy", greedy)
-    has_cache = hasattr(getattr(model, "decoder", None), "layers")
-    use_cache = has_cache if use_cache is None else _check_bool("use_cache", use_cache)
-    if use_cache and not has_cache:
-        raise ValueError(f"use_cache=True needs a model with decoder.layers that takes (ids, caches, "
-                         f"start), as LanguageModel does; {type(model).__name__} has none: pass "
-                         "use_cache=None or False")
-    limit = getattr(model, "max_len", None)
-    if limit is not None and prompt.size(1) + max_new_tokens > limit:
-        raise ValueError(f"the prompt's {prompt.size(1)} ids plus max_new_tokens={max_new_tokens} "
-                         f"exceed the model's max_len={limit}")
-
-    def choose(logits: Tensor) -> Tensor:  # [B, V] -> [B]
-        logits = logits.float()
-        logits[:, [PAD_ID, BOS_ID]] = float("-inf")  # decoders never write <pad> or <bos>
-        if greedy:
-            return logits.argmax(dim=-1)
-        probs = filter_logits(logits / temperature, top_k, top_p).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
-    with eval_mode(model):
-        capacity = prompt.size(1) + max_new_tokens  # chapter 10's cache, allocated once
-        caches = [{"self": KVCache(capacity)} for _ in model.decoder.layers] if use_cache else None
-        tokens = prompt
-        done = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
-        logits = (model(prompt, caches) if use_cache else model(prompt))[:, -1]  # [B, V]
-        for step in range(max_new_tokens):
-            next_id = choose(logits).masked_fill(done, PAD_ID)  # [B]: a finished row gets padding
-            tokens = torch.cat([tokens, next_id[:, None]], dim=1)  # [B, t + 1]
-            if eos_id is not None:
-                done |= next_id == eos_id
-                if bool(done.all()):
-                    break
-            if step + 1 < max_new_tokens:  # the logits for the next token (none after the last)
-                new = next_id[:, None]  # [B, 1]
-                logits = (model(new, caches, start=tokens.size(1) - 1) if use_cache else model(tokens))[:, -1]
-    return tokens
-
-# %% chapters/11_language_model.ipynb, cell 28
+# %% chapters/11_language_model.ipynb, cell 27
+from transformer.generation import generate
 from transformer.text import CharVocab
 
 
@@ -212,8 +136,8 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
         vocab: the character vocabulary.
         max_new_tokens: the most tokens to write after each prompt (default 52: three
             7-character couplets and their line breaks).
-        **sampling: passed to generate (temperature, top_k, top_p, greedy, generator,
-            use_cache).
+        **sampling: passed to chapter 10's generate (do_sample, temperature, top_k, top_p,
+            generator, use_cache, ...).
 
     Returns:
         For each poem, in order, the list of its generated complete lines.
@@ -226,17 +150,17 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
         rows = [i for i, p in enumerate(prompts) if len(p) == length]
         out = generate(model, torch.tensor([prompts[i] for i in rows]), max_new_tokens, **sampling)
         for i, ids in zip(rows, out[:, length:].tolist(), strict=True):
-            ended = EOS_ID in ids
+            ended = model.eos_id in ids
             text = vocab.decode(ids)  # stops at <eos>
             lines = text.split("\n")
             written[i] = [line for line in (lines if ended else lines[:-1]) if line]
     return written
 
-# %% chapters/11_language_model.ipynb, cell 34
+# %% chapters/11_language_model.ipynb, cell 33
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
 from transformer.masks import causal_mask
-from transformer.model import PretrainedModel
+from transformer.model import PretrainedModel, _check_special_ids
 from transformer.positional import PositionalEncoding, RotaryEmbedding
 
 POSITIONS = ("sinusoidal", "rotary")
@@ -265,6 +189,8 @@ class LanguageModel(PretrainedModel):
         positions: "sinusoidal" (chapter 02's encoding added to the embeddings, default)
             or "rotary" (a RotaryEmbedding that turns queries and keys inside attention).
         norm: "layer" (default) or "rms" (chapter 07's RMSNorm).
+        bos_id: the id of `<bos>`, which generate never writes (default 1, chapter 09's).
+        eos_id: the id that ends a row in generate (default 2, chapter 09's `<eos>`).
         num_kv_heads: key/value heads, dividing num_heads (default None: num_heads;
             chapter 05's grouped-query attention).
 
@@ -277,17 +203,20 @@ class LanguageModel(PretrainedModel):
     def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, num_layers: int = 2,
                  d_ff: int | None = None, dropout: float = 0.1, max_len: int = 256, pad_id: int = PAD_ID,
                  activation: str = "gelu", norm_first: bool = True, tie_output: bool = True,
-                 positions: str = "sinusoidal", norm: str = "layer", num_kv_heads: int | None = None):
+                 positions: str = "sinusoidal", norm: str = "layer", num_kv_heads: int | None = None,
+                 bos_id: int = BOS_ID, eos_id: int = EOS_ID):
         d_ff = 4 * d_model if d_ff is None else d_ff
         super().__init__(dict(
             vocab_size=vocab_size, d_model=d_model, num_heads=num_heads, num_layers=num_layers,
             d_ff=d_ff, dropout=dropout, max_len=max_len, pad_id=pad_id, activation=activation,
             norm_first=norm_first, tie_output=tie_output, positions=positions, norm=norm,
-            num_kv_heads=num_kv_heads))
+            num_kv_heads=num_kv_heads, bos_id=bos_id, eos_id=eos_id))
         self.vocab_size, self.max_len = _check_int("vocab_size", vocab_size), _check_int("max_len", max_len)
         self.pad_id = _check_int("pad_id", pad_id, 0)
         if pad_id >= vocab_size:
             raise ValueError(f"pad_id must be an id in [0, {vocab_size - 1}], got {pad_id}")
+        _check_special_ids(pad_id, bos_id, eos_id)
+        self.bos_id, self.eos_id = bos_id, eos_id  # what generate starts with and stops at
         _check_bool("tie_output", tie_output)
         if not isinstance(positions, str) or positions not in POSITIONS:
             raise ValueError(f"positions must be one of {list(POSITIONS)}, got {positions!r}")
@@ -334,10 +263,103 @@ class LanguageModel(PretrainedModel):
         t = ids.size(1)
         # Query i (at position start + i) may see keys 0 .. start + i: cached and new.
         mask = causal_mask(t, ids.device) if start == 0 else (
-            torch.ones(t, start + t, dtype=torch.bool, device=ids.device).tril(start))
+            torch.ones(1, 1, t, start + t, dtype=torch.bool, device=ids.device).tril(start))
         x = self.embed(ids)  # [B, T, d_model]
-        x = self.embed_dropout(x) if self.positional is None else self.positional(x, start)  # rotary: in attention
+        if self.positional is not None:
+            x = self.positional(x, start)  # [B, T, d_model]
+        elif self.embed_dropout is not None:  # rotary: positions are turned inside attention
+            x = self.embed_dropout(x)
         x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 
-__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "generate", "continue_poems", "POSITIONS", "LanguageModel"]
+# %% chapters/11_language_model.ipynb, cell 42
+import copy
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+import transformer as _package
+from transformer.model import read_pretrained_config
+
+LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make lm-checkpoint
+VOCAB_FILE = "vocab.json"
+
+
+class LanguageModelCheckpoint(NamedTuple):
+    """What `load_language_model` returns.
+
+    Attributes:
+        model: the LanguageModel, in float32 and eval mode.
+        vocab: its CharVocab.
+        metrics: what training stored with it (settings, curves, scores); {} if nothing.
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+
+    model: "LanguageModel"
+    vocab: CharVocab
+    metrics: dict
+
+
+def save_language_model(directory: str | Path, model: "LanguageModel", vocab: CharVocab,
+                        metrics: dict | None = None, dtype: torch.dtype = torch.float32) -> Path:
+    """Save a language model with its vocabulary and metrics into a directory; nothing is pickled.
+
+    Args:
+        directory: where to write (created if absent): config.json, model.safetensors, vocab.json.
+        model: a LanguageModel.
+        vocab: its vocabulary, len(vocab) == model's vocab_size.
+        metrics: JSON-able facts about the model (settings, curves, scores), or None.
+        dtype: the weights' dtype in the file (default float32; float16 or bfloat16
+            halve the file). The model itself is not changed.
+
+    Returns:
+        The directory, as a Path.
+
+    Raises:
+        ValueError: the vocabulary's size is not the model's, or dtype is not a floating dtype.
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    if len(vocab) != model.vocab_size:
+        raise ValueError(f"vocab has {len(vocab)} tokens but the model's vocab_size is {model.vocab_size}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    stored = model if next(model.parameters()).dtype == dtype else copy.deepcopy(model).to(dtype)
+    directory = stored.save_pretrained(directory, metadata={"metrics": metrics or {}})
+    (directory / VOCAB_FILE).write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n", encoding="utf-8")
+    return directory
+
+
+def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str = "cpu") -> LanguageModelCheckpoint:
+    """Load a directory written by `save_language_model` (default: the model shipped with the package).
+
+    Args:
+        directory: the checkpoint directory.
+        map_location: the device for the weights (default "cpu").
+
+    Returns:
+        A LanguageModelCheckpoint(model in float32 and eval mode, vocab, metrics).
+
+    Raises:
+        FileNotFoundError: the directory or one of its three files is missing.
+        ValueError: a file is malformed, or the vocabulary's size is not the model's (the
+            message names the file).
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    directory = Path(directory)
+    model = LanguageModel.from_pretrained(directory, map_location=map_location).float().eval()
+    metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
+    path = directory / VOCAB_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (a language model's checkpoint has its vocabulary there)")
+    try:
+        vocab = CharVocab.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path}: not a vocabulary written by save_language_model ({err})") from None
+    if len(vocab) != model.vocab_size:
+        raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {model.vocab_size}")
+    return LanguageModelCheckpoint(model, vocab, metrics)
+
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "POSITIONS", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]

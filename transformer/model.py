@@ -3,7 +3,10 @@
 
 # %% chapters/08_model.ipynb, cell 8
 import copy
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import nn
@@ -22,12 +25,18 @@ class PretrainedModel(nn.Module):
     and calls `reset_buffers(device)` on every submodule that has it, so that computed,
     unsaved tables are rebuilt on the device of the parameters.
 
+    `model.generate(...)` writes token ids (greedy, sampling, beam search); decoding is
+    chapter 10's subject, which plugs its `generate` in as `generate_function`.
+
     Args:
         config: the constructor's arguments, JSON-able (str, int, float, bool, None,
             lists and dicts of them).
 
     Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
     """
+
+    # Set by chapter 10 (transformer.generation.generate): a chapter never imports a later one.
+    generate_function: ClassVar[Callable[..., torch.Tensor] | None] = None
 
     def __init__(self, config: dict):
         super().__init__()
@@ -58,13 +67,35 @@ class PretrainedModel(nn.Module):
             The directory, as a Path.
 
         Raises:
+            TypeError: directory is not a str or a Path.
             ValueError: metadata or the config is not JSON-able, or the parameters do not
                 share one dtype.
         """
-        return _save_pretrained(self, Path(directory), metadata)
+        return _save_pretrained(self, _as_directory(directory), metadata)
+
+    def generate(self, input_ids: torch.Tensor | None = None, max_new_tokens: int | None = None,
+                 **options: Any) -> torch.Tensor:
+        """Generate token ids: `transformer.generation.generate(self, input_ids, ...)` (chapter 10).
+
+        Greedy by default; `do_sample=True` samples, `num_beams=4` searches; the special
+        ids come from the model's config. See generate for every option.
+
+        Args:
+            input_ids: the source ids [B, S] (encoder-decoder) or prompts [B, P] (decoder-only).
+            max_new_tokens: the most ids to generate per row (default: as max_len allows).
+            **options: generate's other keyword arguments (do_sample, temperature, top_k,
+                top_p, num_beams, num_return_sequences, attention_mask, eos_id, ...).
+
+        Returns:
+            The ids, as generate returns them.
+        """
+        function = PretrainedModel.generate_function
+        if function is None:  # only if transformer.generation was never imported
+            raise RuntimeError("generation is built in chapter 10: import transformer.generation first")
+        return function(self, input_ids, max_new_tokens, **options)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: torch.device | str = "cpu"):
+    def from_pretrained(cls, directory: str | Path, map_location: torch.device | str = "cpu") -> Self:
         """Build the model saved in directory by save_pretrained, in eval mode.
 
         Nothing is unpickled: the config is JSON, the weights safetensors. The model is
@@ -79,11 +110,21 @@ class PretrainedModel(nn.Module):
             The model, an instance of this class, in eval mode.
 
         Raises:
+            TypeError: directory is not a str or a Path.
             FileNotFoundError: the directory, config.json or model.safetensors is missing.
             ValueError: a file is malformed (the message names it and says what is wrong),
                 or it holds another class of model.
         """
-        return _from_pretrained(cls, Path(directory), map_location)
+        model = _from_pretrained(cls, _as_directory(directory), map_location)
+        assert isinstance(model, cls)  # _build refuses a config of another class
+        return model
+
+
+def _as_directory(directory: object) -> Path:
+    """directory as a Path, or a TypeError naming it (Path(123) would say 'expected str, ...')."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"directory must be a path (a str or a pathlib.Path), got {type(directory).__name__}")
+    return Path(directory)
 
 
 def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
@@ -91,8 +132,9 @@ def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
     model.tie_weights()
     device = next(model.parameters()).device
     for module in model.modules():
-        if hasattr(module, "reset_buffers"):  # PositionalEncoding's table (chapter 02)
-            module.reset_buffers(device)
+        reset = getattr(module, "reset_buffers", None)  # PositionalEncoding's table (chapter 02)
+        if callable(reset):
+            reset(device)
 
 # %% chapters/08_model.ipynb, cell 10
 from torch import Tensor
@@ -106,7 +148,8 @@ from transformer.embedding import (
     _check_int,
     _check_token_ids,
 )
-from transformer.masks import causal_mask, combine_masks, padding_mask
+from transformer.masks import causal_mask, padding_mask
+from transformer.multihead import _check_mask_axes
 from transformer.positional import PositionalEncoding
 
 # The paper's Table 3 configurations (dropout 0.3 is the big model's English-German value).
@@ -116,6 +159,13 @@ PAPER_CONFIGS: dict[str, dict] = {
     "big": dict(d_model=1024, num_heads=16, num_encoder_layers=6, num_decoder_layers=6,
                 d_ff=4096, dropout=0.3),
 }
+
+
+def _check_special_ids(pad_id: int, bos_id: int, eos_id: int) -> None:
+    """bos_id and eos_id: ids >= 0, else a ValueError. (generate checks that the three differ,
+    when it uses them: a model trained with pad_id=1 may never generate.)"""
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        _check_int(name, value, 0)
 
 
 class Transformer(PretrainedModel):
@@ -147,6 +197,8 @@ class Transformer(PretrainedModel):
         share_embeddings: one embedding table for source and target; needs equal
             vocabulary sizes (default False).
         tie_output: the output layer's weight is the target embedding table (default False).
+        bos_id: the id that starts every output, for `generate` (default 1, chapter 09's `<bos>`).
+        eos_id: the id that ends an output, for `generate` (default 2, chapter 09's `<eos>`).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -170,6 +222,8 @@ class Transformer(PretrainedModel):
         norm_first: bool = False,
         share_embeddings: bool = False,
         tie_output: bool = False,
+        bos_id: int = 1,
+        eos_id: int = 2,
     ):
         # The arguments the submodules would report under other names are checked here;
         # d_model, num_heads, d_ff, dropout and activation keep their names below.
@@ -183,6 +237,7 @@ class Transformer(PretrainedModel):
         vocab = min(src_vocab_size, tgt_vocab_size)
         if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab:
             raise ValueError(f"pad_id must be an id of both vocabularies, in [0, {vocab - 1}], got {pad_id!r}")
+        _check_special_ids(pad_id, bos_id, eos_id)
         if share_embeddings and src_vocab_size != tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs src_vocab_size == tgt_vocab_size, "
@@ -193,8 +248,9 @@ class Transformer(PretrainedModel):
             num_heads=num_heads, num_encoder_layers=num_encoder_layers,
             num_decoder_layers=num_decoder_layers, d_ff=d_ff, dropout=dropout, max_len=max_len,
             pad_id=pad_id, activation=activation, norm_first=norm_first,
-            share_embeddings=share_embeddings, tie_output=tie_output))
+            share_embeddings=share_embeddings, tie_output=tie_output, bos_id=bos_id, eos_id=eos_id))
         self.pad_id, self.max_len, self.d_model = pad_id, max_len, d_model
+        self.bos_id, self.eos_id = bos_id, eos_id  # what generate starts with and stops at
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, padding_idx=pad_id)
         self.tgt_embed = (self.src_embed if share_embeddings
                           else TokenEmbedding(tgt_vocab_size, d_model, padding_idx=pad_id))
@@ -243,6 +299,7 @@ class Transformer(PretrainedModel):
         """A mask given by the caller: bool, broadcasting to shape [B, 1, q_len, k_len]."""
         if mask is not None:
             _check_mask(mask, (shape[0], self._config["num_heads"], *shape[2:]), name)
+            _check_mask_axes(mask, shape[0], self._config["num_heads"], shape[2], name)
 
     def make_src_mask(self, src: Tensor) -> Tensor:
         """The source padding mask.
@@ -264,7 +321,7 @@ class Transformer(PretrainedModel):
         Returns:
             Bool [B, 1, T, T].
         """
-        return combine_masks(padding_mask(tgt, self.pad_id), causal_mask(tgt.size(1), tgt.device))
+        return padding_mask(tgt, self.pad_id) & causal_mask(tgt.size(1), tgt.device)  # [B, 1, T, T]
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Run the encoder.
@@ -333,7 +390,7 @@ class Transformer(PretrainedModel):
             if caches is None or start == 0:
                 tgt_mask = self.make_tgt_mask(tgt)
             else:  # queries start..start+T-1 against keys 0..start+T-1
-                tgt_mask = torch.ones(t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
+                tgt_mask = torch.ones(1, 1, t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
         x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
         x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, tgt_vocab_size]
@@ -491,7 +548,7 @@ def _build(cls: type, document: dict, path: Path) -> nn.Module:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"{path}: dtype {document.get('dtype')!r} is not a floating-point torch dtype")
     config = document["config"]
-    accepted = inspect.signature(cls.__init__).parameters
+    accepted = inspect.signature(cls).parameters  # the constructor's, without self
     unknown = sorted(set(config) - set(accepted))
     if unknown:
         raise ValueError(f"{path}: config keys {unknown} are not arguments of {cls.__name__}")

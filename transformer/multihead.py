@@ -40,6 +40,24 @@ def _check_attention_inputs(
         )
 
 # %% chapters/05_multihead_attention.ipynb, cell 13
+def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name: str = "mask") -> None:
+    """A ValueError for a mask whose axes are ambiguous: [B, Tk] read as [Tq, Tk] when B == Tq,
+    or [B, Tq, Tk] read as [heads, Tq, Tk] when B == heads."""
+    if not isinstance(mask, Tensor):
+        return  # chapter 03's check names a mask that is not a tensor
+    if mask.dim() == 2 and mask.size(0) > 1 and mask.size(0) == batch == q_len:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} is ambiguous: with batch == q_len == {batch} it may be "
+            "[batch, k_len] padding or a [q_len, k_len] pattern, and would be read as the pattern; pass "
+            "padding as mask[:, None, None, :] ([batch, 1, 1, k_len]) or a pattern as mask[None, None] "
+            "([1, 1, q_len, k_len])")
+    if mask.dim() == 3 and mask.size(0) > 1 and mask.size(0) == batch == num_heads:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} is ambiguous: with batch == num_heads == {batch} it may be "
+            "[batch, q_len, k_len] or [num_heads, q_len, k_len], and would be read per head; pass "
+            "mask[:, None] ([batch, 1, q_len, k_len]) or mask[None] ([1, num_heads, q_len, k_len])")
+
+# %% chapters/05_multihead_attention.ipynb, cell 15
 from torch import nn
 
 from transformer.positional import RotaryEmbedding
@@ -214,10 +232,12 @@ class MultiHeadAttention(nn.Module):
                                  "cache that already holds the keys and values (generation, chapter 10)")
         _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
                                 None if reuse else key, None if reuse else value)
-        if reuse:
+        _check_mask_axes(mask, query.size(0), self.num_heads, query.size(1))
+        if reuse and cache is not None:
             q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
         else:
+            assert key is not None and value is not None  # checked above
             q, k, v = map(self.split_heads, self.project(query, key, value,
                                                        stack=cache is None))  # [B, h or h_kv, T, d_head]
             if self.rotary is not None:  # new positions start after the cached ones

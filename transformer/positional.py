@@ -64,6 +64,8 @@ class PositionalEncoding(nn.Module):
     Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
     """
 
+    pe: Tensor  # [max_len, d_model], a buffer (for type checkers: register_buffer is dynamic)
+
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.1):
         super().__init__()
         _check_int("d_model", d_model)
@@ -141,6 +143,9 @@ class RotaryEmbedding(nn.Module):
 
     Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
     """
+
+    cos: Tensor  # [max_len, d_head / 2], buffers (for type checkers: register_buffer is dynamic)
+    sin: Tensor
 
     def __init__(self, d_head: int, max_len: int = 5000):
         super().__init__()

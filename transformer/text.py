@@ -2,40 +2,42 @@
 """A decoder-only language model: the code that chapter 11 builds."""
 
 # %% chapters/11_language_model.ipynb, cell 5
+import lzma
 import re
 from pathlib import Path
 from typing import NamedTuple
 
 import transformer as _package
 
-CORPUS_FILE = Path(_package.__file__).resolve().parent / "corpora" / "classical_chinese.txt"
+CORPUS_FILE = Path(_package.__file__).resolve().parent / "corpora" / "tang_poems.txt.xz"
+CORPUS_ENCODING = "utf-16-le"  # the shipped file's text: 2 bytes a Chinese character, not UTF-8's 3
 
 
 class Document(NamedTuple):
-    """One poem or saying of the corpus: where it comes from, who wrote it, and its text.
+    """One poem of the corpus: who wrote it, its title, and its text.
 
     Attributes:
-        source: the Debian fortune file it was taken from: "tang300", "song100" or "chinese".
-        author: the poet ("" for the classics and the proverbs).
-        title: the poem's title, or the book ("论语", "谚语", ...).
+        author: the poet.
+        title: the poem's title.
         text: its lines, joined by newlines.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
 
-    source: str
     author: str
     title: str
     text: str
 
 
 def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
-    """Read a corpus file written by tools/extract_corpus.py.
+    """Read a corpus file written by tools/extract_corpus.py, or one of your own in its format.
 
-    Each document is a header line `% SOURCE<TAB>AUTHOR<TAB>TITLE` followed by its lines.
+    Each document is a header line `% AUTHOR<TAB>TITLE` followed by its lines. A file
+    ending in `.xz` is decompressed and decoded as UTF-16-LE (the shipped corpus); any
+    other file is read as UTF-8 text.
 
     Args:
-        path: the file (default: the shipped classical Chinese corpus).
+        path: the file (default: the shipped Tang poems).
 
     Returns:
         The documents, in file order.
@@ -50,21 +52,66 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no corpus file at {path}")
+    if path.suffix == ".xz":
+        content = lzma.decompress(path.read_bytes()).decode(CORPUS_ENCODING)
+    else:
+        content = path.read_text(encoding="utf-8")
     documents, line_no = [], 1
-    for block in re.split(r"^% ", path.read_text(encoding="utf-8"), flags=re.M)[1:]:
+    for block in re.split(r"^% ", content, flags=re.M)[1:]:
         header, _, text = block.partition("\n")
         fields, text = header.split("\t"), text.rstrip("\n")
-        if len(fields) != 3 or not text:
-            raise ValueError(f"{path}, line {line_no}: expected '% SOURCE<TAB>AUTHOR<TAB>TITLE' "
-                             f"followed by text, got {header[:60]!r}")
+        if len(fields) != 2 or not text:
+            raise ValueError(f"{path}, line {line_no}: expected '% AUTHOR<TAB>TITLE' followed by "
+                             f"text, got {header[:60]!r}")
         documents.append(Document(*fields, text))
         line_no += block.count("\n")
     return documents
 
 # %% chapters/11_language_model.ipynb, cell 8
 import random
+from collections import Counter
+from collections.abc import Sequence
 
 from transformer.embedding import _check_float, _check_int
+
+CLAUSE_END = re.compile(r"[，。？！；：、「」『』《》\n]")  # the punctuation between clauses, and line breaks
+MIN_CLAUSE = 4  # the four-character verse of ritual songs; groups stay small (printed below)
+
+
+def line_groups(texts: Sequence[str], min_clause: int = MIN_CLAUSE) -> list[int]:
+    """Group the documents that share a clause, directly or through others.
+
+    A clause is a run of at least min_clause characters between punctuation marks or
+    line breaks. Two texts that share one are in the same group, and so are their
+    groups' other members (union-find).
+
+    Args:
+        texts: the documents' texts.
+        min_clause: the shortest run that counts as a shared clause (default 4).
+
+    Returns:
+        One group number per text, in [0, number of groups): the smallest index of its
+        group, renumbered in order of first appearance.
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    _check_int("min_clause", min_clause)
+    parent = list(range(len(texts)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]  # halve the path as we climb
+            i = parent[i]
+        return i
+
+    first_owner: dict[str, int] = {}
+    for i, text in enumerate(texts):
+        for clause in CLAUSE_END.split(text):
+            if len(clause) >= min_clause:
+                j = first_owner.setdefault(clause, i)
+                parent[root(i)] = root(j)
+    numbers: dict[int, int] = {}
+    return [numbers.setdefault(root(i), len(numbers)) for i in range(len(texts))]
 
 
 class TextSplit(NamedTuple):
@@ -83,20 +130,23 @@ class TextSplit(NamedTuple):
     test: list[Document]
 
 
-def split_documents(documents: list[Document], valid_fraction: float = 0.1,
-                    test_fraction: float = 0.1, seed: int = 0) -> TextSplit:
-    """Split whole documents at random (a seeded shuffle) into train, valid and test.
+def split_documents(documents: list[Document], valid_fraction: float = 0.05,
+                    test_fraction: float = 0.05, seed: int = 0) -> TextSplit:
+    """Split whole documents at random (a seeded shuffle) into train, valid and test,
+    keeping each group of `line_groups` on one side.
 
-    Each part keeps the corpus order of its documents.
+    The groups are shuffled; the first ones go to validation until it holds at least
+    round(valid_fraction * len(documents)) documents, the next ones to the test in the
+    same way, the rest to training. Each part keeps the corpus order of its documents.
 
     Args:
         documents: the corpus.
-        valid_fraction: the share of documents for validation (default 0.1).
-        test_fraction: the share of documents for the test (default 0.1).
+        valid_fraction: the share of documents for validation (default 0.05).
+        test_fraction: the share of documents for the test (default 0.05).
         seed: the shuffle's seed (default 0).
 
     Returns:
-        A TextSplit; round(fraction * len(documents)) documents go to each held-out part.
+        A TextSplit; no clause of MIN_CLAUSE characters is in two of its parts.
 
     Raises:
         ValueError: a fraction is not a number in [0, 1), or together they leave no
@@ -110,19 +160,24 @@ def split_documents(documents: list[Document], valid_fraction: float = 0.1,
     if n_valid + n_test >= len(documents):
         raise ValueError(f"valid_fraction={valid_fraction} and test_fraction={test_fraction} leave "
                          f"no training document out of {len(documents)}")
-    order = list(range(len(documents)))
-    random.Random(seed).shuffle(order)
-
-    def part(indices: list[int]) -> list[Document]:
-        return [documents[i] for i in sorted(indices)]
-
-    return TextSplit(part(order[n_valid + n_test:]), part(order[:n_valid]),
-                     part(order[n_valid:n_valid + n_test]))
+    groups = line_groups([d.text for d in documents])
+    members: list[list[int]] = [[] for _ in range(max(groups, default=-1) + 1)]
+    for i, group in enumerate(groups):
+        members[group].append(i)
+    random.Random(seed).shuffle(members)
+    parts: list[list[int]] = [[], [], []]  # valid, test, train
+    for group in members:
+        target = 0 if len(parts[0]) < n_valid else 1 if len(parts[1]) < n_test else 2
+        parts[target] += group
+    if not parts[2]:
+        raise ValueError(f"valid_fraction={valid_fraction} and test_fraction={test_fraction} leave "
+                         f"no training document out of {len(documents)}")
+    valid, test, train = ([documents[i] for i in sorted(part)] for part in parts)
+    return TextSplit(train, valid, test)
 
 # %% chapters/11_language_model.ipynb, cell 11
 import math
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -239,10 +294,14 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
         A LongTensor [N] of ids, N = sum of (len(text) + 2).
 
     Raises:
+        TypeError: texts is one str (it would be read as one text per character).
         ValueError: there is no text, or one text is empty.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of texts, got one str (read character by character, each "
+                        "character would become a document): pass [text]")
     ids = [i for text in texts for i in vocab.encode(text)]
     if not ids:
         raise ValueError("texts must hold at least one text, got none")
@@ -329,7 +388,7 @@ def sequential_windows(stream: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
     windows = ids[torch.arange(count)[:, None] * seq_len + torch.arange(seq_len + 1)]  # [W, T + 1]
     return windows[:, :-1], next_token_labels(windows[:, 1:])
 
-# %% chapters/11_language_model.ipynb, cell 25
+# %% chapters/11_language_model.ipynb, cell 24
 VERSE_LINE = re.compile(r"([\u4e00-\u9fff]+)，([\u4e00-\u9fff]+)[。？！]")
 
 
@@ -372,4 +431,28 @@ def verse_form_share(lines: Iterable[str]) -> float:
         raise ValueError("lines must hold at least one line, got none")
     return sum(form is not None for form in forms) / len(forms)
 
-__all__ = ["CORPUS_FILE", "Document", "read_corpus", "TextSplit", "split_documents", "CharVocab", "encode_stream", "next_token_labels", "random_windows", "sequential_windows", "VERSE_LINE", "verse_form", "verse_form_share"]
+# %% chapters/11_language_model.ipynb, cell 56
+def longest_shared_run(text: str, corpus: str) -> str:
+    """The longest run of characters of text that also occurs somewhere in corpus.
+
+    A window [start, end) of text grows while it is found in corpus and slides forward
+    when it is not, so the work is about 2 · len(text) substring searches of corpus.
+
+    Args:
+        text: the text to look up (a generated poem).
+        corpus: the text it may have copied from (the training text).
+
+    Returns:
+        The longest run (possibly empty); the first one if several are as long.
+
+    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    """
+    best, start = "", 0
+    for end in range(1, len(text) + 1):
+        while start < end and text[start:end] not in corpus:
+            start += 1  # this window is not in the corpus: drop its first character
+        if end - start > len(best):
+            best = text[start:end]
+    return best
+
+__all__ = ["CORPUS_FILE", "CORPUS_ENCODING", "Document", "read_corpus", "CLAUSE_END", "MIN_CLAUSE", "line_groups", "TextSplit", "split_documents", "CharVocab", "encode_stream", "next_token_labels", "random_windows", "sequential_windows", "VERSE_LINE", "verse_form", "verse_form_share", "longest_shared_run"]

@@ -162,10 +162,10 @@ def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1
     return optimizer, scheduler
 
 # %% chapters/09_training.ipynb, cell 38
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 LossFn = Callable[[torch.nn.Module, Any], tuple[Tensor, int]]  # (model, batch) -> (mean loss, tokens)
 
@@ -191,7 +191,7 @@ def translation_loss(model: torch.nn.Module, batch: tuple[Tensor, Tensor], eps: 
         raise ValueError(f"a translation batch must be a pair (src [B, S], tgt [B, T]), got "
                          f"{type(batch).__name__}{f' of {len(batch)}' if isinstance(batch, (tuple, list)) else ''}")
     src, tgt = batch
-    decoder_input, labels = shift_targets(tgt, model.pad_id)  # [B, T-1] each
+    decoder_input, labels = shift_targets(tgt, cast(int, model.pad_id))  # [B, T-1] each
     logits = model(src, decoder_input)  # [B, T-1, V]
     return label_smoothed_cross_entropy(logits, labels, eps), int((labels != IGNORE_INDEX).sum())
 
@@ -438,7 +438,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
     model = state.model
     history: dict[str, list[float]] = {"step": [], "loss": [], "tokens": [], "lr": [],
                                        "valid_step": [], "valid_loss": [], "seconds": []}
-    per_epoch = None if callable(batches) or not hasattr(batches, "__len__") else len(batches)
+    per_epoch = len(batches) if isinstance(batches, Sized) and not callable(batches) else None
     bar = tqdm(total=per_epoch and epochs * per_epoch, disable=not progress, mininterval=10.0, unit="step")
     start, was_training = time.perf_counter(), model.training
     devices = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
@@ -511,8 +511,8 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
     _check_int("seed", seed, 0)  # fit takes None too; here it also orders the batches
-    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=model.max_len,
-                     pad_id=model.pad_id)
+    encode = partial(make_batches, src_vocab=src_vocab, tgt_vocab=tgt_vocab, max_len=cast(int, model.max_len),
+                     pad_id=cast(int, model.pad_id))
     valid = encode(valid_pairs, batch_size=500) if valid_pairs else None
     state = TrainState(model, *make_optimizer(model, warmup, factor))
     return fit(state, lambda epoch: encode(train_pairs, batch_size=batch_size, shuffle=True, seed=seed + epoch),
@@ -524,7 +524,7 @@ import json
 from pathlib import Path
 
 import transformer as _package
-from transformer.model import Transformer, _json_text, read_pretrained_config
+from transformer.model import Transformer, _as_directory, _json_text, read_pretrained_config
 
 TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
@@ -623,7 +623,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    directory = Path(directory)
+    directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
     metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
     if not isinstance(metrics, dict):
