@@ -46,7 +46,6 @@ import ast
 import copy
 import hashlib
 import json
-import os
 import re
 import runpy
 import sys
@@ -62,8 +61,9 @@ import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import exercise_proof  # noqa: E402
 import grading_guard  # noqa: E402
-from execute import execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
+from execute import default_jobs, execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
 from notebooks import (  # noqa: E402
     ANSWER_STUB,
     CHAPTERS,
@@ -642,77 +642,9 @@ def verified(chapters: list[Chapter], verbose: bool = False,
             yield chapter, futures[chapter.rel].result()
 
 
-def prove(run, name: str, check: str, solution: str, answers: dict[str, str],
-          verbose: bool = False) -> list[str]:
-    """The proof for one check, in a kernel where the chapter ran up to it (its solution
-    included) and the check has just passed; `run(source)` executes in that kernel and
-    returns the error, or None.
-
-    The check as a student copy shows it (hidden tests left out) must pass on the
-    solution too; then the solution cell is replaced in turn by the student stub and by
-    each near-miss answer (the names the solution defines are deleted first, so that a
-    wrong answer cannot pass on what the solution left behind) and the whole check must
-    fail on each; then the solution runs again and its check must pass again.
-    """
+def answer_problems(chapter: Chapter, answers: dict[str, dict[str, str]]) -> list[str]:
+    """The near-miss answers on record: each names a check, and each check has enough."""
     problems = []
-    visible = strip_hidden_tests(check)
-    # what the whole check bound (a name of its hidden tests) must not help its visible part
-    run("".join(f"globals().pop({n!r}, None)\n" for n in defined_names(check)))
-    if visible != check and (error := run(visible)) is not None:
-        problems.append(f"check `{name}` without its hidden tests (as a student copy shows "
-                        f"it) fails on the solution: {error}")
-    variants = [("the student stub", strip_solutions(solution))]
-    variants += [(f"near-miss \"{label}\"", source) for label, source in answers.items()]
-    forget = "".join(f"globals().pop({n!r}, None)\n" for n in defined_names(solution))
-    for label, source in variants:
-        run(forget)
-        run(source)
-        error = run(check)
-        if error is None:
-            problems.append(f"check `{name}` passes on {label}: it cannot tell that answer "
-                            "from the solution")
-        elif verbose:
-            hidden_only = visible != check and run(visible) is None
-            print(f"  {name}: fails on {label}{' (hidden tests)' if hidden_only else ''}: "
-                  f"{error.splitlines()[0][:160]}")
-    run(forget)
-    if (error := run(solution) or run(check)) is not None:
-        problems.append(f"check `{name}` fails on the solution after the wrong answers ran "
-                        f"(state not restored?): {error}")
-    return problems
-
-
-def untrusted_reads(run, check: str, solution: str) -> list[str]:
-    """Globals a check reads that the grading guard cannot vouch for: names that hold
-    neither a module nor a library or package object (the guard restores those) and that
-    the exercise's own solution does not define. A student's cell could rebind them (or
-    patch the class they hold) and the check would compare against the student's code."""
-    from grading_guard import _names_read
-
-    names = sorted(_names_read(check) - set(defined_names(solution)))
-    probe = ("_untrusted = __import__('sys').modules['_transformer_book_grading_guard']"
-             f".guard.untrusted({names!r})\n"
-             "assert not _untrusted, _untrusted")
-    error = run(probe)
-    run("globals().pop('_untrusted', None)")
-    if error is None:
-        return []
-    return ast.literal_eval(error.split(": ", 1)[1]) if ": [" in error else [error]
-
-
-def verify(chapter: Chapter, verbose: bool = False,
-           answers: dict[str, dict[str, str]] | None = None) -> list[str]:
-    """All problems with a chapter's exercises; empty when they are sound.
-
-    One fresh run of the chapter, under the grading guard and barrier and in an empty
-    working folder, as in grading. After each check has passed on the solution, `prove`
-    runs the wrong answers against it, and the check's references are checked to be
-    ones the guard restores (`untrusted_reads`).
-    """
-    problems = structure_problems(chapter)
-    if problems or not chapter.checks:  # an appendix without exercises: nothing to run
-        return problems
-    answers = near_misses(chapter) if answers is None else answers
     names = [name for name, _ in chapter.checks]
     for unknown in sorted(set(answers) - set(names)):
         problems.append(f"{NEAR_MISSES.name}/{chapter.name}.py names `{unknown}`, "
@@ -722,53 +654,38 @@ def verify(chapter: Chapter, verbose: bool = False,
             problems.append(f"check `{name}` has {len(answers.get(name, {}))} near-miss answers in "
                             f"tests/near_misses/{chapter.name}.py; each exercise needs "
                             f"{MIN_NEAR_MISSES} (mistakes students really make)")
-    notebook = copy.deepcopy(chapter.notebook)
-    solution_before = {}  # check cell index -> its solution cell index
-    last_solution = None
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type == "code" and solution_regions(cell.source):
-            last_solution = index
-        elif check_name(cell):
-            solution_before[index] = last_solution
-    cells = list(enumerate(notebook.cells))
-    notebook.cells.append(nbformat.v4.new_code_cell())  # scratch cell for the wrong answers
+    return problems
+
+
+def verify(chapter: Chapter, verbose: bool = False,
+           answers: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """All problems with a chapter's exercises; empty when they are sound.
+
+    One fresh run of the chapter, under the grading guard and barrier and in an empty
+    working folder, as in grading. After each check has passed on the solution, the
+    check's references are checked to be ones the guard restores, the check as a
+    student copy shows it (hidden tests left out) must pass too, then the solution cell
+    is replaced in turn by the student stub and by each recorded near-miss answer (the
+    names the solution defines are deleted first, so that a wrong answer cannot pass on
+    what the solution left behind) and the whole check must fail on each; then the
+    solution runs again and its check must pass again. The proof runs in the chapter's kernel, in a cell inserted
+    after each check (tools/exercise_proof.py); `make test` runs the same cells inside
+    nbgrader's grading of the chapter.
+    """
+    problems = structure_problems(chapter)
+    if problems or not chapter.checks:  # an appendix without exercises: nothing to run
+        return problems
+    answers = near_misses(chapter) if answers is None else answers
+    problems += answer_problems(chapter, answers)
+    notebook = exercise_proof.with_proof_cells(chapter.notebook, chapter, answers)
     client = notebook_client(notebook, allow_errors=True)
-    # Checks run under the grading guard and barrier, as in grading: proof that they let
-    # every solution through while the wrong answers still fail.
+    # Checks run under the grading guard and barrier, in an empty working folder, as in
+    # grading: proof that they let every solution through while the wrong answers fail.
     shielded, allowed = barrier_folders(chapter)
     client.extra_arguments = grading_guard.kernel_arguments(protect=shielded, allow=allowed)
-
-    def run(source: str) -> str | None:
-        """Execute source in the chapter's kernel; its error, or None."""
-        cell = nbformat.v4.new_code_cell(source)
-        client.execute_cell(cell, len(notebook.cells) - 1, store_history=False)
-        return error_of(cell)
-
-    client.reset_execution_trackers()
-    with tempfile.TemporaryDirectory(prefix="transformer-book-verify-") as workdir, \
-            client.setup_kernel(cwd=workdir):
-        for index, cell in cells:
-            if cell.cell_type != "code":
-                continue
-            client.execute_cell(cell, index)
-            if index not in solution_before:
-                continue
-            name, check = check_name(cell), cell.source
-            solution = notebook.cells[solution_before[index]].source
-            if (error := error_of(cell)) is not None:
-                problems.append(f"check `{name}` fails on the solution: {error}")
-                continue
-            if (line := stderr_of(cell)) is not None:
-                problems.append(f"check `{name}` writes to stderr on the solution under grading "
-                                f"({line!r}), which nbgrader grades as a failure")
-            for untrusted in (untrusted_reads(run, check, solution)
-                              if chapter.name not in NOT_YET_HARDENED else []):
-                problems.append(f"check `{name}` reads `{untrusted}`, which the notebook "
-                                "defines: a student's cell could replace it. Take the "
-                                "reference from the package or a library inside the check "
-                                "(`from transformer.NAME import ...`), or build it there")
-            problems += prove(run, name, check, solution, answers.get(name, {}), verbose)
-    return problems
+    with tempfile.TemporaryDirectory(prefix="transformer-book-verify-") as workdir:
+        client.execute(cwd=workdir)
+    return problems + exercise_proof.proof_problems(notebook, chapter, verbose)
 
 
 # --- command line ---------------------------------------------------------------
@@ -835,8 +752,8 @@ def main(argv: list[str] | None = None) -> int:
     verifier.add_argument("-v", "--verbose", action="store_true",
                           help="print each wrong answer's failure message (one chapter at a time)")
     verifier.add_argument("--jobs", "-j", type=int,
-                          default=int(os.environ.get("BOOK_JOBS", min(2, os.cpu_count() or 1))),
-                          help="chapters verified at the same time (default 2, or $BOOK_JOBS)")
+                          default=default_jobs(),
+                          help="chapters verified at the same time (default: $JOBS, or the cores)")
     stamper = commands.add_parser("stamp", help="write nbgrader metadata into the chapters")
     stamper.add_argument("chapters", nargs="*", type=Path)
     stamper.add_argument("--check", action="store_true",
