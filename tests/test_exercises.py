@@ -590,7 +590,8 @@ def test_jupytext_sync_keeps_nbgrader_metadata_and_stamp_covers_new_cells(tmp_pa
 def test_the_barrier_refuses_protected_paths_programs_and_the_c_library(tmp_path):
     """In a Python with the barrier: the protected folder cannot be read (a symbolic link
     to it neither), its exceptions can; a Python child gets the barrier too; other
-    programs, a Python that skips the environment, and ctypes' C library are refused."""
+    programs, a Python that skips the environment, and the functions of ctypes' C library
+    and interpreter are refused (loading them is not: every child that imports torch does)."""
     import subprocess
     import textwrap
 
@@ -624,10 +625,18 @@ def test_the_barrier_refuses_protected_paths_programs_and_the_c_library(tmp_path
         attempt("environment", lambda: subprocess.run([sys.executable, "-c", "pass"], env={{}}))
         attempt("system", lambda: os.system("true"))
         attempt("libc", lambda: ctypes.CDLL(None).open)
+        attempt("libc.so.6", lambda: ctypes.CDLL("libc.so.6").system)
+        attempt("pythonapi", lambda: ctypes.pythonapi.PyRun_SimpleString)
+        # loading is not looking up: a child that imports ctypes (as torch and torchrun do,
+        # loading the interpreter and the C library) runs
+        loads = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libc.so.6')"],
+                               capture_output=True, text=True)
+        print("child_ctypes", "allowed" if loads.returncode == 0 else "refused")
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     outcome = dict(line.split() for line in run.stdout.splitlines())
     assert outcome == {"open": "refused", "link": "refused", "listdir": "refused",
                        "exception": "allowed", "child": "refused", "cat": "refused",
                        "isolated": "refused", "environment": "refused", "system": "refused",
-                       "libc": "refused"}, (outcome, run.stderr[-2000:])
+                       "libc": "refused", "libc.so.6": "refused", "pythonapi": "refused",
+                       "child_ctypes": "allowed"}, (outcome, run.stderr[-2000:])
