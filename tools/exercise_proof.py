@@ -66,8 +66,7 @@ def prove(payload: dict) -> dict:
     payload: {"check": name, "check_source": ..., "solution": ..., "forget": [names],
               "visible": the check less its hidden tests (None: it has none),
               "forget_check": [names the check binds],
-              "reads": [names the check reads that the solution does not define]
-                       (None: the chapter's references are not checked yet),
+              "reads": [names the check reads that the solution does not define],
               "variants": [[label, source], ...]}
     Returns {"check": name, "untrusted": [names], "visible": error or None,
              "variants": [[label, error or None], ...],
@@ -150,7 +149,7 @@ def proof_name(cell) -> str | None:
 
 def payloads(chapter, answers: dict[str, dict[str, str]]) -> dict[int, dict]:
     """{check cell index: what its proof cell runs} for each check after a solution."""
-    from exercises import NOT_YET_HARDENED, check_name, defined_names, strip_solutions
+    from exercises import check_name, defined_names, strip_solutions
     from grading_guard import _names_read
     from notebooks import solution_regions, strip_hidden_tests
 
@@ -168,7 +167,7 @@ def payloads(chapter, answers: dict[str, dict[str, str]]) -> dict[int, dict]:
                             "forget": defined_names(solution),
                             "visible": visible if visible != cell.source else None,
                             "forget_check": defined_names(cell.source),
-                            "reads": None if chapter.name in NOT_YET_HARDENED else reads,
+                            "reads": reads,
                             "variants": variants}
     return found
 

@@ -86,11 +86,6 @@ from notebooks import (  # noqa: E402
 
 MIN_EXERCISES = 4
 MIN_NEAR_MISSES = 2
-# Chapters whose exercises do not follow the rules below yet (four exercises, hidden tests
-# in every check, references the guard restores): chapter 13 is being rewritten (issue
-# 21) and gets them after that (issue 20). Meanwhile it keeps the older rules: three
-# exercises, each proven against its stub and near-misses. Empty this set, never add to it.
-NOT_YET_HARDENED = {"13_refinements"}
 STUB = "raise NotImplementedError"
 NEAR_MISSES = ROOT / "tests" / "near_misses"
 META_KEY = "transformer_book"  # notebook metadata of a student copy: chapter, content hash
@@ -560,18 +555,16 @@ def structure_problems(chapter: Chapter) -> list[str]:
             pending = None
     if pending is not None:
         problems.append(f"cell {pending}: solution with no `#| check` cell after it")
-    hardened = chapter.name not in NOT_YET_HARDENED
     count = len({title for title, _, _ in exercises_of(chapter)})
-    needed = MIN_EXERCISES if hardened else 3
-    if count < needed and not chapter.is_appendix:  # appendices need none
-        problems.append(f"{count} exercises; a chapter needs at least {needed}")
+    if count < MIN_EXERCISES and not chapter.is_appendix:  # appendices need none
+        problems.append(f"{count} exercises; a chapter needs at least {MIN_EXERCISES}")
     for name, index in chapter.answers:
         if not answer_text(chapter.notebook.cells[index]):
             problems.append(f"written answer `{name}` has no model answer below its "
                             "`<!-- #| answer -->` line (the teacher's reference when grading)")
     for name, index in chapter.checks:
         cell = chapter.notebook.cells[index]
-        if hardened and not hidden_test_regions(cell.source):
+        if not hidden_test_regions(cell.source):
             problems.append(f"check `{name}` has no hidden tests: put the cases that the "
                             "visible part does not show between `### BEGIN HIDDEN TESTS` and "
                             "`### END HIDDEN TESTS`, so that an answer fitted to the visible "
