@@ -6,17 +6,17 @@
 
 Needs Hugging Face `transformers` (pinned, with what it pulls in, in requirements-bench.txt,
 which `make install` installs; elsewhere `.venv/bin/pip install -r requirements-bench.txt`).
-It is a dependency of this benchmark, not of the package.
+It is a dependency of this benchmark and of appendix 14, not of the package.
 
 Both sides get random weights at equal sizes, in one process, timed interleaved (ours,
 theirs, ours, ...) so that a change of machine load hits both alike. Each round reports the
 median of --repeats timings of each side and the ratio ours / theirs; the summary gives the
 median ratio over the rounds and its spread. Wall time is the figure (both sides use the
 same threads); the CPU-time ratio is printed beside it. The models and the timed calls are
-defined below.
+appendix 14's (transformer.benchmarks), so the page and this script time the same thing.
 
 1. Language model training step: chapter 11's LanguageModel against GPT2LMHeadModel
-   (peer_language_models, lm_train_step_fns below: forward, next-token
+   (transformer.benchmarks.peer_language_models, lm_train_step_fns: forward, next-token
    cross-entropy, backward, clipping, fused AdamW on both sides). Two sizes: "issue"
    (vocabulary 2,000, d_model 256, 8 heads, 4 layers, d_ff 1,024, dropout 0.1, 8 windows
    of 127 tokens) and "chapter11" (the shipped model's config.json and the batch of
@@ -26,7 +26,7 @@ defined below.
 2. Generation, greedy with the KV cache, exactly N new tokens (no early <eos>), batch 1 and
    8: the language model (16-token prompt, 64 new tokens) against GPT2LMHeadModel.generate,
    the translator (chapter 08's Transformer, 3 + 3 layers, 20-token source, 32 new tokens)
-   against MarianMTModel.generate (greedy_fns below).
+   against MarianMTModel.generate (transformer.benchmarks.greedy_fns).
 3. Eval forward of the translator against torch.nn.Transformer (appendix 14's
    TorchReference: d_model 256, 3 + 3 layers, batch 32, length 64, padded sentences, where
    PyTorch takes its nested-tensor fast path).
@@ -54,147 +54,17 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-import importlib.util  # noqa: E402
-
-from torch import nn  # noqa: E402
-
-from transformer.benchmarks import eval_forward, machine_info, paired_models, random_batch  # noqa: E402
-from transformer.model import Transformer  # noqa: E402
-
-# --- The two sides, built alike (appendix 14 is to export these as transformer.benchmarks) ---
-
-
-def hf_transformers_version() -> str | None:
-    """The installed Hugging Face transformers' version, or None if it is not installed.
-    """
-    if importlib.util.find_spec("transformers") is None:
-        return None
-    import transformers
-
-    return str(transformers.__version__)
-
-
-def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
-                         dropout: float, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
-    """Chapter 11's LanguageModel and Hugging Face's GPT2LMHeadModel at the same size, seeded.
-
-    Both Pre-LN with the output layer tied to the embedding; GPT-2 with the exact GELU that
-    ours uses and PyTorch's fused attention ("sdpa"), and token ids 0, 1, 2 for padding,
-    `<bos>` and `<eos>` as ours. (GPT-2 learns its positions where ours are sinusoidal;
-    ours also drops out inside the feed-forward layer, chapter 06, where GPT-2 does not.)
-
-    Args:
-        vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes.
-
-    Returns:
-        (ours, GPT-2), in training mode.
-    """
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from transformer.lm import LanguageModel
-
-    torch.manual_seed(0)
-    ours = LanguageModel(vocab_size, d_model, num_heads, num_layers, d_ff, dropout=dropout, max_len=max_len)
-    torch.manual_seed(0)
-    config = GPT2Config(vocab_size=vocab_size, n_positions=max_len, n_embd=d_model, n_layer=num_layers,
-                        n_head=num_heads, n_inner=d_ff, activation_function="gelu", resid_pdrop=dropout,
-                        embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    return ours, GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
-
-
-def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, num_layers: int = 3,
-                     d_ff: int = 1024, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
-    """Chapter 08's Transformer and Hugging Face's MarianMTModel at the same size, seeded.
-
-    Both Post-LN with ReLU and scaled embeddings shared by source, target and output layer,
-    dropout 0.1; Marian with PyTorch's fused attention ("sdpa").
-
-    Args:
-        vocab, d_model, num_heads, num_layers, d_ff, max_len: the sizes (num_layers
-            encoder and num_layers decoder layers).
-
-    Returns:
-        (ours, Marian), in training mode.
-    """
-    from transformers import MarianConfig, MarianMTModel
-
-    torch.manual_seed(0)
-    ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
-                       num_decoder_layers=num_layers, d_ff=d_ff, dropout=0.1, max_len=max_len,
-                       share_embeddings=True, tie_output=True)
-    torch.manual_seed(0)
-    config = MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=num_layers, decoder_layers=num_layers,
-                          encoder_attention_heads=num_heads, decoder_attention_heads=num_heads,
-                          encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function="relu",
-                          max_position_embeddings=max_len, dropout=0.1, scale_embedding=True, pad_token_id=0,
-                          bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, forced_eos_token_id=None)
-    return ours, MarianMTModel._from_config(config, attn_implementation="sdpa")
-
-
-def lm_train_step_fns(ours: nn.Module, theirs: nn.Module, windows: torch.Tensor,
-                      ) -> tuple[Callable[[], float], Callable[[], float]]:
-    """One training step of each language model on the same windows, as functions to time.
-
-    Ours: chapter 09's train_step with chapter 11's lm_loss; theirs: the loss that
-    GPT2LMHeadModel computes from labels. Both: gradient norm clipped to 1, fused AdamW.
-
-    Args:
-        ours, theirs: from peer_language_models.
-        windows: token ids [B, T + 1]; the inputs are the first T, the labels the last T.
-
-    Returns:
-        (ours, theirs): functions without arguments; each call is one step and returns its loss.
-    """
-    from transformer.lm import lm_loss
-    from transformer.training import TrainState, train_step
-
-    inputs, labels = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # [B, T] each
-    state = TrainState(ours, torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True))
-    optimizer = torch.optim.AdamW(theirs.parameters(), lr=1e-4, fused=True)
-    ours.train()
-    theirs.train()
-
-    def ours_step() -> float:
-        return train_step(state, (inputs, labels), lm_loss, clip=1.0).loss
-
-    def theirs_step() -> float:
-        optimizer.zero_grad(set_to_none=True)
-        loss = theirs(input_ids=inputs, labels=labels, shift_labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
-        optimizer.step()
-        return loss.item()
-
-    return ours_step, theirs_step
-
-
-def greedy_fns(ours: nn.Module, theirs: nn.Module, inputs: torch.Tensor, new_tokens: int,
-               ) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
-    """Greedy generation with the KV cache, exactly new_tokens ids per row, on both sides.
-
-    Args:
-        ours: a LanguageModel or Transformer; theirs: a Hugging Face model (generate).
-        inputs: prompts (language models) or sources (translators), ids [B, T].
-        new_tokens: ids to write per row (no early <eos>).
-
-    Returns:
-        (ours, theirs): functions without arguments that return the ids; the models are
-        put in eval mode.
-    """
-    ours.eval()
-    theirs.eval()
-
-    def ours_generate() -> torch.Tensor:
-        return ours.generate(inputs, new_tokens, ignore_eos=True)  # type: ignore[operator]
-
-    def theirs_generate() -> torch.Tensor:
-        return theirs.generate(inputs, attention_mask=torch.ones_like(inputs),  # type: ignore[operator]
-                               max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                               num_beams=1)
-
-    return ours_generate, theirs_generate
-
-
+from transformer.benchmarks import (  # noqa: E402
+    eval_forward,
+    greedy_fns,
+    hf_transformers_version,
+    lm_train_step_fns,
+    machine_info,
+    paired_models,
+    peer_language_models,
+    peer_translators,
+    random_batch,
+)
 
 if hf_transformers_version() is None:  # pragma: no cover - said to the user
     sys.exit("tools/bench_peers.py needs Hugging Face transformers: "
