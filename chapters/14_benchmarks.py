@@ -763,8 +763,9 @@ else:
 torch.set_num_threads(1)
 
 # %%
-if HF_VERSION is not None:  # guards a large regression only: a busy machine moves these by tens of percent
-    assert len(peer_ratios) == 6 and all(0.3 < ratio < 2.0 for ratio in peer_ratios.values()), peer_ratios
+if HF_VERSION is not None:  # guards a large regression only: on a busy machine (CI runs two chapters at
+    # once) single ratios were seen from 0.30 to 1.66, so only a 5x change fails
+    assert len(peer_ratios) == 6 and all(0.2 < ratio < 5.0 for ratio in peer_ratios.values()), peer_ratios
 
 # %% [markdown]
 # The targets of issue 25, for `tools/bench_peers.py` on a quiet machine, are a training
