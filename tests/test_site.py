@@ -821,7 +821,12 @@ def test_pdf_holds_formulas_figures_chinese_code_and_solutions(pdf_pages):
         functions = [n for e in chapter_exports(chapter) for n, k in e.kinds.items() if k == "function"]
         assert f"def {functions[0]}(" in text, f"the code of {chapter.name} is missing"
     for chapter in chapters:
-        for line in sorted(solution_lines(chapter))[:3]:
+        # Lines without Chinese: the CJK face's extracted text also gives radicals for some
+        # characters (黄 as ⻩ U+2EE9) that no normalisation folds back; the Chinese text
+        # itself is checked above.
+        lines = [line for line in sorted(solution_lines(chapter)) if not re.search(r"[\u2e80-\u9fff]", line)]
+        assert lines, f"{chapter.name}: no solution line to look for"
+        for line in lines[:3]:
             assert re.sub(r"\s+", "", unicodedata.normalize("NFKC", line)) in re.sub(r"\s+", "", text), \
                 f"solution missing: {line!r}"
 
