@@ -763,8 +763,8 @@ else:
 torch.set_num_threads(1)
 
 # %%
-if HF_VERSION is not None:  # guards a large regression only: on a busy machine (CI runs two chapters at
-    # once) single ratios were seen from 0.30 to 1.66, so only a 5x change fails
+if HF_VERSION is not None:  # guards a large regression only: single ratios move with the machine's
+    # load (make test runs this appendix alone; beside another chapter they went from 0.15 to 1.8)
     assert len(peer_ratios) == 6 and all(0.2 < ratio < 5.0 for ratio in peer_ratios.values()), peer_ratios
 
 # %% [markdown]

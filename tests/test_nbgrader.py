@@ -23,6 +23,8 @@ import csv
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -193,3 +195,38 @@ def test_nbgrader_is_not_fooled_by_a_patched_torch_or_a_removed_check(tmp_path):
                             released, chapter, student, cheats))
     total = float(sum(chapter.points.values()))  # the written answer included
     assert scores == {("01_toy", s): (points, total) for s, points in expected.items()}, scores
+
+
+# --- the schedule of make test's chapter stage ----------------------------------------
+
+def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeypatch):
+    """Appendix 14 asserts on speed ratios: it must not share the cores with another chapter."""
+    events: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def pretend(self, run, course=None):
+        with lock:
+            events.append(("start", run.chapter.name))
+        time.sleep(0.05)
+        with lock:
+            events.append(("end", run.chapter.name))
+
+    monkeypatch.setattr(chapter_test.Runner, "_execute", pretend)
+    monkeypatch.setattr(chapter_test.Runner, "_autograde", pretend)
+    monkeypatch.setattr(chapter_test.Runner, "_courses", lambda self, chapters: [tmp_path] * 2)
+    monkeypatch.setattr(chapter_test.Runner, "_feedback_and_export", lambda self, course, runs: None)
+    chapters = [read_chapter(path) for path in sorted((ROOT / "chapters").glob("1[234]_*.ipynb"))]
+    assert "14_benchmarks" in chapter_test.RUNS_ALONE
+    runner = chapter_test.Runner(chapters, jobs=2, out=tmp_path / "out")
+    runner.start()
+    for chapter in chapters:
+        runner.wait(chapter.name)
+    assert runner.error is None, runner.error
+    running: set[str] = set()
+    for kind, name in events:
+        if kind == "start":
+            assert not (running and ({name} | running) & chapter_test.RUNS_ALONE), (name, running)
+            running.add(name)
+        else:
+            running.discard(name)
+    assert sorted(name for kind, name in events if kind == "start") == sorted(c.name for c in chapters)
