@@ -430,6 +430,7 @@ class MultiHeadAttention(nn.Module):
         cache: dict | None = None,
         static_kv: bool = False,
         need_weights: bool = True,
+        is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from each query position to the key/value positions it may see.
 
@@ -451,6 +452,9 @@ class MultiHeadAttention(nn.Module):
                 and returns None for them; the blocks of chapter 07 pass False. To read
                 the weights of a module inside a model, register a forward pre-hook
                 (with_kwargs=True) that sets kwargs["need_weights"] = True.
+            is_causal: query i may attend only to keys 0..i (Tq == Tk), on top of mask:
+                chapter 04's causal mask as chapter 03's flag, which lets the fused kernel
+                skip the blocks above the diagonal (default False).
 
         Returns:
             output [B, Tq, d_model], and weights [B, num_heads, Tq, Tk] (after dropout)
@@ -495,7 +499,7 @@ class MultiHeadAttention(nn.Module):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [B, h, Tk, d_head]
         dropout_p = self.dropout.p if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p,
-                                                    need_weights=need_weights)
+                                                    need_weights=need_weights, is_causal=is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
 
 
