@@ -302,7 +302,7 @@ def scaled_dot_product_attention(
     if is_causal:  # the explained path reads the causal mask itself: [q_len, k_len]
         causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
-    scores = (q * scale) @ k.transpose(-2, -1)  # [..., q_len, k_len]; scaling q is the cheaper
+    scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
     if mask is None:
         weights = scores.softmax(dim=-1)
     else:
