@@ -26,6 +26,7 @@ SLOW = {  # file: seconds in make pytest (measured, see above)
     "test_clean_install.py": 40,  # the wheel into an empty venv (pip unpacks torch)
     "test_pretrained.py": 20,
     "test_benchmarks.py": 20,
+    "test_bench_peers.py": 40,  # Hugging Face models beside ours: generation and training steps
     "test_text.py": 10,
     "test_notebooks.py": 35,   # nbval itself on chapter 01
     "test_execute.py": 10,     # starts a kernel
