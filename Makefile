@@ -18,16 +18,22 @@ export PYTHONHASHSEED := 0
 JOBS ?= $(or $(BOOK_JOBS),$(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2))
 export JOBS
 export BOOK_JOBS := $(JOBS)
+# Each stage of make test prints its time and records it here (.ci/run checks it).
+export STAGES ?= _build/stages.tsv
+STAGE := bash tools/stage.sh
+SUBMAKE := $(MAKE) --no-print-directory
 
-.PHONY: help install export sync stamp check-sync lint quick unit pytest nbval exercises nbgrader test \
-        execute checkpoint lm-checkpoint book site pdf lab student grade check course clean clean-student
+.PHONY: help install export sync stamp check-sync lint quick unit pytest chapters nbval exercises \
+        nbgrader test execute checkpoint lm-checkpoint book site pdf lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
 	@echo "make site        fast: build the site from the stored outputs (no chapter runs)"
 	@echo "make site EDITION=student   the site without solutions, in _build/student/html/"
 	@echo "make pdf         the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions)"
-	@echo "make test        everything CI checks (sync, lint, pytest, nbval, exercises, nbgrader)"
+	@echo "make test        everything CI checks: sync, lint, pytest, every chapter run once (nbval,"
+	@echo "                 exercise proof, nbgrader); each stage's time is printed. JOBS=n at once"
+	@echo "make test NB=chapters/04_causal_mask.ipynb   one chapter end to end, in about its run time"
 	@echo "make quick       under a minute: sync check, lint, the package's unit tests"
 	@echo "make lab         open JupyterLab on the repository (chapters/ and student/)"
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
@@ -40,8 +46,10 @@ help:
 	@echo "make check NB=student/04_causal_mask.ipynb   a student's self-check: passed/failed per exercise"
 	@echo "make grade NB=returned/   grade a folder (or one file) of returned notebooks into graded/*.csv"
 	@echo "make course COURSE=~/course   lay out an nbgrader course with every chapter"
+	@echo "make chapters    [NB=...] each chapter run once: nbval's comparison, exercise proof, nbgrader"
+	@echo "make nbval       nbval the classic way: each chapter in a kernel of nbval's own"
 	@echo "make exercises   prove each check fails on the stub and on every near-miss answer"
-	@echo "make nbgrader    real nbgrader end to end: release, autograde, feedback, export"
+	@echo "make nbgrader    real nbgrader end to end (the chapters stage, and the grading guard's test)"
 	@echo "make clean       remove .venv, _build and caches (never student/ or graded/)"
 	@echo "make clean-student   delete student/ and graded/ (student work and gradebooks)"
 
@@ -87,29 +95,52 @@ lint: $(STAMP)
 # JOBS test files at a time (pytest-xdist, whole files per worker so that a module's
 # fixtures are built once), each worker on one thread. -rs: every skip, with its reason.
 pytest: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not nbgrader" -n $(JOBS) --dist loadfile -rs --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -n $(JOBS) --dist loadfile -rs --durations=15
 
 # The package's unit tests: what runs in seconds (tests/conftest.py marks the rest slow).
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow and not nbgrader" -n $(JOBS) --dist loadfile -q -rs
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow" -n $(JOBS) --dist loadfile -q -rs
 
 # The edit-test loop: under a minute.
 quick: check-sync lint unit
 
-# JOBS chapters at a time (as make book and make exercises): pytest-xdist gives
-# each worker whole notebooks (--dist loadfile), each in a kernel of its own.
+# Every chapter (or NB=...) run once in a fresh kernel, JOBS at a time, longest first:
+# nbval's comparison with the committed outputs, the exercise proof and nbgrader's
+# grading all use that one run (tools/chapter_test.py says how).
+chapters: $(STAMP)
+	$(PY) tools/chapter_test.py $(NB) --jobs $(JOBS)
+
+# nbval the classic way, each chapter in a kernel of nbval's own (make test uses `chapters`).
 nbval: $(STAMP)
-	$(PY) -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval chapters --nbval-current-env \
-		--nbval-sanitize-with tools/sanitize.cfg --nbval-cell-timeout=900 -o addopts=""
+	$(PY) -m pytest -p no:cacheprovider -n $(JOBS) --dist loadfile --nbval $(or $(NB),chapters) \
+		--nbval-current-env --nbval-sanitize-with tools/sanitize.cfg --nbval-cell-timeout=900 \
+		-o addopts="" -rs
 
 exercises: $(STAMP)
-	$(PY) tools/exercises.py verify
+	$(PY) tools/exercises.py verify $(NB)
 
-# nbgrader, as a teacher runs it, over every chapter (tests/test_nbgrader.py says what it grades).
+# nbgrader, as a teacher runs it, over every chapter (tools/chapter_test.py), and the
+# grading guard inside nbgrader (tests/test_nbgrader.py).
 nbgrader: $(STAMP)
-	$(PY) -m pytest tests -m nbgrader -s -p no:cacheprovider -rs
+	$(PY) -m pytest tests/test_nbgrader.py -p no:cacheprovider -rs
+	$(PY) tools/chapter_test.py $(NB) --jobs $(JOBS)
 
-test: check-sync lint pytest nbval exercises nbgrader
+# Everything CI checks, stage by stage, each stage timed (tools/stage.sh). With NB=...,
+# one chapter end to end: the sync check, then its run, compared, proven and graded.
+test:
+	@mkdir -p $(dir $(STAGES)) && rm -f $(STAGES)
+ifdef NB
+	@$(STAGE) check-sync $(SUBMAKE) check-sync
+	@$(STAGE) chapters $(SUBMAKE) chapters NB="$(NB)"
+else
+	@$(STAGE) install $(SUBMAKE) install
+	@$(STAGE) check-sync $(SUBMAKE) check-sync
+	@$(STAGE) lint $(SUBMAKE) lint
+	@$(STAGE) pytest $(SUBMAKE) pytest
+	@$(STAGE) chapters $(SUBMAKE) chapters
+endif
+	@awk -F '\t' '{ total += $$2; printf "   %-10s %6.0f s  (%.0f s of CPU)\n", $$1, $$2, $$3 } \
+		END { printf "   %-10s %6.0f s with %s jobs\n", "make test", total, ENVIRON["JOBS"] }' $(STAGES)
 
 execute: $(STAMP)
 	$(PY) tools/execute.py $(NB)

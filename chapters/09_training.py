@@ -105,7 +105,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import torch
 from torch import Tensor
@@ -640,7 +640,7 @@ class Vocab:
         return {"itos": list(self.itos)}
 
     @classmethod
-    def from_dict(cls, state: dict) -> "Vocab":
+    def from_dict(cls, state: dict) -> Self:
         """The inverse of to_dict.
 
         Args:

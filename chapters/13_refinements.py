@@ -446,9 +446,10 @@ assert all(row["seconds"] < 60 for row in table.values())
 #|   sequence: it depends only on their distance.
 #| fig-alt: Left: horizontal bars of validation perplexity for 2017, 2017 with seed 1, RoPE,
 #|   RMSNorm, SwiGLU with d_ff 168, GQA with 2 KV heads, and all four, over a grey band
-#|   marking the 2017 seed spread; the RoPE and all-four bars end to the left of the
-#|   band. Right: a 48 by 48 heat map of scores, query position down and key position
-#|   across, made of stripes that run parallel to the diagonal.
+#|   marking the 2017 seed spread; in this run the RoPE and all-four bars end well to
+#|   the left of the band, the other refinements near it. Right: a 48 by 48 heat map of
+#|   scores, query position down and key position across, made of stripes that run
+#|   parallel to the diagonal.
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
 names = list(table)
 ax1.barh(names, [table[n]["short"] for n in names], color=["gray", "gray"] + ["C0"] * (len(names) - 2))

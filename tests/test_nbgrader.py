@@ -1,34 +1,18 @@
-"""Real nbgrader, end to end, on every chapter: what a teacher runs, with three students.
+"""Real nbgrader, end to end: the grading guard inside it, and make test's one run per chapter.
 
-A throw-away course is laid out by `tools/exercises.py course` (as the teacher's page
-says), nbgrader 0.9.6 from this environment (its bin/ first on PATH, as for a teacher
-with the environment active) releases every chapter, then autogrades three simulated
-students, writes their feedback and exports the grades:
+Every chapter with exercises is graded by real nbgrader in `make test` (`make chapters`,
+tools/chapter_test.py): a course is laid out as the teacher's page says, nbgrader 0.9.6
+releases the chapter, a solved copy is autograded to full marks, feedback is written
+and grades are exported; that same run's outputs are compared with the committed ones
+(nbval's comparison) and its proof cells prove every check against the stub and the
+recorded near-misses. Here, on a small made-up chapter:
 
-- `solved`: each solution cell holds the chapter's solution (without the markers);
-- `untouched`: the released notebook as it was handed out;
-- `print_passed`: every check cell rewritten to `print('passed')`.
-
-The solved student hands in every chapter that has exercises (appendices have none) and
-must score full marks in each, so that a chapter added later is covered without editing
-this file: nbgrader runs every chapter to the end in its own kernel, under its own time
-limit per cell and with the grading guard of the course's nbgrader_config.py. The other
-two must score 0. They hand in one real chapter, the quickest to run, because what they
-test is nbgrader's machinery, the same in every chapter (the released stub raises, and
-autograde puts the locked check cells back before it runs them); that every check of
-every chapter fails on the stub and on recorded wrong answers is proven, chapter by
-chapter, by `tools/exercises.py verify` (`make exercises`), whose stub raises
-NotImplementedError as nbgrader's does.
-Grading all three students in every chapter took three executions of the whole book
-(about 12 of `make test`'s 25 minutes on two cores) and added no check that these two
-parts do not make.
-
-Time: the chapters are split into as many independent courses as the machine has cores
-(balanced by each chapter's run time recorded in its cell metadata), and the courses run
-side by side.
-
-Another, small course checks that nbgrader's grading is not fooled by a solution that
-rebinds `torch.allclose` and friends (the grading guard in nbgrader's kernel).
+- that run, checked: a changed output fails its cell, an ignored one does not, the
+  cells after the proof print what a plain run prints, a near-miss that passes a check
+  fails the chapter's exercise proof, and nbgrader grades the solved copy full marks;
+- nbgrader's grading is not fooled by a solution that rebinds `torch.allclose` and
+  friends, nor by a deleted check or one stripped of its metadata (the grading guard in
+  nbgrader's kernel, loaded by the course's nbgrader_config.py).
 """
 
 from __future__ import annotations
@@ -37,8 +21,6 @@ import csv
 import os
 import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -47,13 +29,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book, stored_seconds  # noqa: E402
+import chapter_test  # noqa: E402
+import exercises  # noqa: E402
+from chapter_test import submission  # noqa: E402
+from notebooks import BEGIN_SOLUTION, read_chapter  # noqa: E402
 from toy_chapter import CHEATS, toy_chapter  # noqa: E402
 
+pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.nbgrader
 
 BIN = Path(sys.executable).parent  # the environment's bin/: nbgrader, alembic, python
-STUDENTS = ("solved", "untouched", "print_passed")
 
 
 def environment() -> dict[str, str]:
@@ -69,46 +54,11 @@ def nbgrader(course: Path, *args: str, timeout: int = 3600) -> str:
     return run.stdout + run.stderr
 
 
-def shards(chapters, count: int):
-    """Split chapters into `count` groups of about equal run time (longest first)."""
-    groups: list[list] = [[] for _ in range(count)]
-    loads = [0.0] * count
-    for chapter in sorted(chapters, key=lambda c: stored_seconds(c.notebook), reverse=True):
-        emptiest = loads.index(min(loads))
-        groups[emptiest].append(chapter)
-        loads[emptiest] += max(stored_seconds(chapter.notebook), 1.0)
-    return [g for g in groups if g]
-
-
-def without_markers(source: str) -> str:
-    """A solution as a student would type it: the region's content, no marker lines."""
-    return "\n".join(line for line in source.splitlines()
-                     if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
-
-
-def submission(released: nbformat.NotebookNode, chapter, student: str) -> nbformat.NotebookNode:
-    """The notebook `student` hands back for `chapter`."""
-    notebook = nbformat.from_dict(released)
-    solutions = {cell.metadata["nbgrader"]["grade_id"]: cell.source
-                 for cell in chapter.notebook.cells
-                 if cell.metadata.get("nbgrader", {}).get("solution")}
-    for cell in notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if student == "solved" and meta.get("solution"):
-            cell.source = without_markers(solutions[meta["grade_id"]])
-        elif student == "print_passed" and meta.get("grade"):
-            cell.source = "print('passed')"
-    return notebook
-
-
-def run_course(course: Path, chapters, students=STUDENTS, make_submission=submission) -> dict:
+def run_course(course: Path, chapters, students, make_submission=submission) -> dict:
     """Lay out a course for `chapters`, release, submit, autograde, feedback, export.
 
-    `students` is a tuple of student names, or a function of a chapter that gives the
-    names of the students who hand that chapter in.
     Returns {(chapter name, student): (score, max score)} from nbgrader's grades.csv.
     """
-    students_of = students if callable(students) else (lambda chapter: students)
     subprocess.run([sys.executable, str(ROOT / "tools" / "exercises.py"), "course", str(course),
                     *[str(c.path) for c in chapters]], check=True, capture_output=True)
     nbgrader(course, "generate_assignment", "*")
@@ -117,54 +67,87 @@ def run_course(course: Path, chapters, students=STUDENTS, make_submission=submis
                                  as_version=4)
         text = nbformat.writes(released)
         assert BEGIN_SOLUTION not in text and "BEGIN HIDDEN TESTS" not in text, chapter.name
-        for student in students_of(chapter):
+        for student in students:
             folder = course / "submitted" / student / chapter.name
             folder.mkdir(parents=True)
             nbformat.write(make_submission(released, chapter, student), folder / chapter.path.name)
     nbgrader(course, "autograde", "*")
     nbgrader(course, "generate_feedback", "*")
     for chapter in chapters:
-        for student in students_of(chapter):
+        for student in students:
             assert (course / "feedback" / student / chapter.name
                     / chapter.path.with_suffix(".html").name).exists(), (student, chapter.name)
     nbgrader(course, "export")
-    handed_in = {(chapter.name, student) for chapter in chapters for student in students_of(chapter)}
     with open(course / "grades.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    # nbgrader exports a row for every student and assignment, 0 where nothing was handed in.
-    missing = {(row["assignment"], row["student_id"]) for row in rows} - handed_in
-    assert all(float(row["score"]) == 0.0 for row in rows
-               if (row["assignment"], row["student_id"]) in missing)
     return {(row["assignment"], row["student_id"]): (float(row["score"]), float(row["max_score"]))
-            for row in rows if (row["assignment"], row["student_id"]) in handed_in}
+            for row in rows}
 
 
-def test_nbgrader_releases_autogrades_and_exports_every_chapter(tmp_path):
-    chapters = [chapter for chapter in read_book() if chapter.checks]  # not the appendices
-    assert chapters
-    quickest = min(chapters, key=lambda c: stored_seconds(c.notebook)).name
+# --- make test's one run of a chapter, checked four ways -------------------------------
 
-    def students_of(chapter) -> tuple[str, ...]:
-        return STUDENTS if chapter.name == quickest else ("solved",)
+# After the exercises, a cell that draws random numbers: the toy's checks draw some too,
+# so it prints what the committed run printed only if the proof puts the generators back.
+AFTER = "print(torch.rand(3).tolist())"
+SEEDED_CHECK = "_noise = torch.randn(5)  # a check that draws random numbers\n"
 
-    groups = shards(chapters, max(1, min(os.cpu_count() or 1, len(chapters))))
-    start = time.perf_counter()
-    with ThreadPoolExecutor(len(groups)) as pool:
-        parts = list(pool.map(lambda ig: run_course(tmp_path / f"course{ig[0]}", ig[1], students_of),
-                              enumerate(groups)))
-    seconds = time.perf_counter() - start
-    scores = {key: value for part in parts for key, value in part.items()}
-    expected, table = {}, []
-    for chapter in chapters:
-        full = float(sum(chapter.points.values()))
-        wanted = dict(zip(STUDENTS, (full, 0.0, 0.0), strict=True))
-        for student in students_of(chapter):
-            expected[(chapter.name, student)] = (wanted[student], full)
-        table.append(f"{chapter.name:<24}" + "".join(
-            f"{student}={scores.get((chapter.name, student), ('?', '?'))[0]:>5}  "
-            for student in students_of(chapter)) + f"of {full:g}")
-    print("\n".join(table) + f"\nnbgrader, {len(groups)} courses side by side: {seconds:.0f} s")
-    assert scores == expected, "\n".join(table)
+
+def toy_for_the_run(directory: Path):
+    """The toy chapter, executed as a committed chapter is, then two outputs changed:
+    one in an ordinary cell (nbval must flag it), one in an NBVAL_IGNORE_OUTPUT cell."""
+    chapter = toy_chapter(directory)
+    notebook = chapter.notebook
+    notebook.cells[1].source += "\ntorch.manual_seed(0)\nprint('seeded')"
+    for cell in notebook.cells:
+        if exercises.check_name(cell):
+            cell.source = cell.source.replace("\n", "\n" + SEEDED_CHECK, 1)
+    notebook.cells += [nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('ignored')"),
+                       nbformat.v4.new_code_cell("print('compared')"),
+                       nbformat.v4.new_code_cell(AFTER)]
+    from notebooks import stamp_notebook
+
+    stamp_notebook(notebook)
+    exercises.execute_notebook(notebook)
+    notebook.cells[-3].outputs[0].text = "not what the run prints\n"   # ignored: passes
+    notebook.cells[-2].outputs[0].text = "not what the run prints\n"   # compared: fails
+    nbformat.write(notebook, chapter.path)
+    return read_chapter(chapter.path)
+
+
+def test_one_run_is_compared_proven_and_graded(tmp_path, pytester, monkeypatch):
+    chapter = toy_for_the_run(tmp_path / "book")
+    answers = tmp_path / "near_misses"
+    answers.mkdir()
+    wrong = {"ex1-double": {"returns x": "def double(x):\n    return x",
+                            "the right answer": "def double(x):\n    return x + x"},
+             "ex2-half": {"returns v": "def half(v):\n    return v",
+                          "integer division": "def half(v):\n    return v // 2"},
+             "ex3-norm": {"sum": "def norm(v):\n    return v.sum()",
+                          "max": "def norm(v):\n    return v.abs().max()"}}
+    (answers / "01_toy.py").write_text(f"NEAR_MISSES = {wrong!r}\n")
+    monkeypatch.setattr(exercises, "NEAR_MISSES", answers)
+    monkeypatch.setattr(chapter_test, "OUT", tmp_path / "out")
+    monkeypatch.setattr(chapter_test, "JOBS", 1)
+    result = pytester.runpytest_inprocess(str(chapter.path), "-p", "no:cacheprovider",
+                                          "-rA", plugins=[chapter_test])
+    # "PASSED path/01_toy.ipynb::Cell 3" -> {"Cell 3": "PASSED"}
+    outcomes = {line.split("::", 1)[1].split(" - ")[0]: line.split()[0]
+                for line in result.outlines
+                if line.startswith(("PASSED ", "FAILED ", "ERROR ", "SKIPPED ")) and "::" in line}
+    last = sum(cell.cell_type == "code" for cell in chapter.notebook.cells) - 1
+    cell = "Cell {}".format
+    report = "\n".join(result.outlines[-60:])
+    assert outcomes.get(cell(last - 1)) == "FAILED", report    # the changed output
+    assert "Cell outputs differ" in result.stdout.str()
+    assert outcomes.get(cell(last - 2)) == "PASSED", report    # NBVAL_IGNORE_OUTPUT
+    assert outcomes.get(cell(last)) == "PASSED", report        # after the proof: same numbers
+    assert all(outcomes.get(cell(i)) == "PASSED" for i in range(last - 2)), report
+    assert outcomes.get("exercises") == "FAILED", report
+    passing = {line.strip() for line in result.outlines
+               if line.strip().startswith("- check") and "passes on" in line}
+    assert passing == {'- check `ex1-double` passes on near-miss "the right answer": it cannot '
+                       'tell that answer from the solution'}, (passing, report)
+    assert outcomes.get("nbgrader") == "PASSED", report
 
 
 # --- the grading guard inside nbgrader ------------------------------------------------

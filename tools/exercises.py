@@ -37,7 +37,6 @@ import ast
 import copy
 import hashlib
 import json
-import os
 import re
 import runpy
 import sys
@@ -52,8 +51,9 @@ import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import exercise_proof  # noqa: E402
 import grading_guard  # noqa: E402
-from execute import execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
+from execute import default_jobs, execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
 from notebooks import (  # noqa: E402
     CHAPTERS,
     ROOT,
@@ -485,20 +485,9 @@ def verified(chapters: list[Chapter], verbose: bool = False,
             yield chapter, futures[chapter.rel].result()
 
 
-def verify(chapter: Chapter, verbose: bool = False,
-           answers: dict[str, dict[str, str]] | None = None) -> list[str]:
-    """All problems with a chapter's exercises; empty when they are sound.
-
-    One fresh run of the chapter. After each check has passed on the solution, the
-    solution cell is replaced in turn by the student stub and by each recorded
-    near-miss answer (the names the solution defines are deleted first, so that a
-    wrong answer cannot pass on what the solution left behind) and the check must
-    fail on each; then the solution runs again and its check must pass again.
-    """
-    problems = structure_problems(chapter)
-    if problems or not chapter.checks:  # an appendix without exercises: nothing to run
-        return problems
-    answers = near_misses(chapter) if answers is None else answers
+def answer_problems(chapter: Chapter, answers: dict[str, dict[str, str]]) -> list[str]:
+    """The near-miss answers on record: each names a check, and each check has enough."""
+    problems = []
     names = [name for name, _ in chapter.checks]
     for unknown in sorted(set(answers) - set(names)):
         problems.append(f"{NEAR_MISSES.name}/{chapter.name}.py names `{unknown}`, "
@@ -508,61 +497,34 @@ def verify(chapter: Chapter, verbose: bool = False,
             problems.append(f"check `{name}` has {len(answers.get(name, {}))} near-miss answers in "
                             f"tests/near_misses/{chapter.name}.py; each exercise needs "
                             f"{MIN_NEAR_MISSES} (mistakes students really make)")
-    notebook = copy.deepcopy(chapter.notebook)
-    solution_before = {}  # check cell index -> its solution cell index
-    last_solution = None
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type == "code" and solution_regions(cell.source):
-            last_solution = index
-        elif check_name(cell):
-            solution_before[index] = last_solution
-    cells = list(enumerate(notebook.cells))
-    notebook.cells.append(nbformat.v4.new_code_cell())  # scratch cell for the wrong answers
+    return problems
+
+
+def verify(chapter: Chapter, verbose: bool = False,
+           answers: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """All problems with a chapter's exercises; empty when they are sound.
+
+    One fresh run of the chapter, with the grading guard, as in grading. After each
+    check has passed on the solution, the solution cell is replaced in turn by the
+    student stub and by each recorded near-miss answer (the names the solution defines
+    are deleted first, so that a wrong answer cannot pass on what the solution left
+    behind) and the check must fail on each; then the solution runs again and its
+    check must pass again. The proof runs in the chapter's kernel, in a cell inserted
+    after each check (tools/exercise_proof.py); `make test` runs the same cells inside
+    nbgrader's grading of the chapter.
+    """
+    problems = structure_problems(chapter)
+    if problems or not chapter.checks:  # an appendix without exercises: nothing to run
+        return problems
+    answers = near_misses(chapter) if answers is None else answers
+    problems += answer_problems(chapter, answers)
+    notebook = exercise_proof.with_proof_cells(chapter.notebook, chapter, answers)
     client = notebook_client(notebook, allow_errors=True)
     # Checks run under the grading guard, as in grading: proof that it lets every
     # solution through while the wrong answers still fail.
     client.extra_arguments = grading_guard.kernel_arguments()
-
-    def run(source: str) -> str | None:
-        """Execute source in the chapter's kernel; its error, or None."""
-        cell = nbformat.v4.new_code_cell(source)
-        client.execute_cell(cell, len(notebook.cells) - 1, store_history=False)
-        return error_of(cell)
-
-    client.reset_execution_trackers()
-    with client.setup_kernel():
-        for index, cell in cells:
-            if cell.cell_type != "code":
-                continue
-            client.execute_cell(cell, index)
-            if index not in solution_before:
-                continue
-            name, check = check_name(cell), cell.source
-            solution = notebook.cells[solution_before[index]].source
-            if (error := error_of(cell)) is not None:
-                problems.append(f"check `{name}` fails on the solution: {error}")
-                continue
-            if (line := stderr_of(cell)) is not None:
-                problems.append(f"check `{name}` writes to stderr on the solution under grading "
-                                f"({line!r}), which nbgrader grades as a failure")
-            variants = [("the student stub", strip_solutions(solution))]
-            variants += [(f"near-miss \"{label}\"", source)
-                         for label, source in answers.get(name, {}).items()]
-            forget = "".join(f"globals().pop({n!r}, None)\n" for n in defined_names(solution))
-            for label, source in variants:
-                run(forget)
-                run(source)
-                error = run(check)
-                if error is None:
-                    problems.append(f"check `{name}` passes on {label}: it cannot tell that "
-                                    "answer from the solution")
-                elif verbose:
-                    print(f"  {name}: fails on {label}: {error.splitlines()[0][:160]}")
-            run(forget)
-            if (error := run(solution) or run(check)) is not None:
-                problems.append(f"check `{name}` fails on the solution after the wrong answers "
-                                f"ran (state not restored?): {error}")
-    return problems
+    client.execute()
+    return problems + exercise_proof.proof_problems(notebook, chapter, verbose)
 
 
 # --- command line ---------------------------------------------------------------
@@ -622,8 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     verifier.add_argument("-v", "--verbose", action="store_true",
                           help="print each wrong answer's failure message (one chapter at a time)")
     verifier.add_argument("--jobs", "-j", type=int,
-                          default=int(os.environ.get("BOOK_JOBS", min(2, os.cpu_count() or 1))),
-                          help="chapters verified at the same time (default 2, or $BOOK_JOBS)")
+                          default=default_jobs(),
+                          help="chapters verified at the same time (default: $JOBS, or the cores)")
     stamper = commands.add_parser("stamp", help="write nbgrader metadata into the chapters")
     stamper.add_argument("chapters", nargs="*", type=Path)
     stamper.add_argument("--check", action="store_true",

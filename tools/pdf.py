@@ -6,14 +6,17 @@ What it holds: a title page, a table of contents with page numbers, the landing 
 every chapter in order (formulas typeset by MathJax, figures, Chinese text, code and
 outputs), then the glossary, the sources and the teacher's guide. The API reference
 stays on the website (it is generated from the docstrings that `help()` shows too).
-In the full edition each exercise's solution is printed unfolded after the exercise;
-the student edition (`--edition student`) has none.
+In the full edition each exercise's solution is printed unfolded after the exercise,
+labelled "Solution"; the student edition (`--edition student`) has none.
 
 How: the website is built first (tools/website.py, incremental). The <article> of each
 page is joined into one print document inside the site (_build/.../html/_print/), with
 ids made unique and links between printed pages turned into links within the PDF. The
 system's Chromium (the one the site's browser test drives, through playwright; nothing
-is downloaded) typesets it and prints it once with the document outline, from which
+is downloaded) typesets it; a display formula or a table wider than the paper's text
+column is set smaller until it fits (MathJax 3 cannot break lines, and paper cannot
+scroll), and the build stops if anything would still be cut at the paper's edge. Chromium prints the
+document once with its outline, from which
 pypdf reads the page on which each part starts; the numbers are written into the table
 of contents, which is printed again (its pages only, so the rest keeps its page numbers)
 and put in front of the rest with pypdf, with bookmarks for every part and section.
@@ -167,9 +170,10 @@ html, body { background: white !important; }
 footer, .bd-footer, .bd-footer-article, .bd-footer-content, #jb-print-docs-body,
 .search-button__wrapper, .pst-scrollable-table-container::-webkit-scrollbar,
 button.copybtn, .theme-switch-button, .book-skip { display: none !important; }
-.bd-main, .bd-content, .bd-article-container, .bd-page-width {
-  max-width: none !important; width: auto !important; margin: 0 !important;
-  padding: 0 !important; flex-grow: 1 !important; }
+.bd-container, .bd-container__inner, .bd-main, .bd-content, .bd-article-container,
+.bd-page-width, .bd-article {
+  max-width: none !important; min-width: 0 !important; width: auto !important;
+  margin: 0 !important; padding: 0 !important; flex-grow: 1 !important; }
 .bd-main .bd-content .bd-article h1:first-of-type { display: block !important; }
 .bd-main .bd-content { margin-left: 0 !important; }
 .book-part { break-before: page; }
@@ -192,6 +196,31 @@ OPEN_DETAILS = """() => { document.querySelectorAll('details').forEach(d => {
     const summary = d.querySelector(':scope > summary');
     if (summary && d.closest('.tag_solution')) summary.textContent = 'Solution';
   }); }"""
+# Paper cannot scroll: a display formula or a table wider than the text column is set in a
+# smaller size until it fits (MathJax 3 does not break lines). Measured at the width of the
+# paper's text column, in print media; returns how many were made smaller.
+FIT_WIDE = """() => {
+  const wide = e => e.scrollWidth > e.parentElement.clientWidth + 1;
+  const boxes = [...document.querySelectorAll('.book-part div.math mjx-container, .book-part table')];
+  const fitted = boxes.filter(wide).length;
+  for (let round = 0; round < 4; round++)
+    for (const e of boxes.filter(wide)) {
+      const scale = e.parentElement.clientWidth / e.scrollWidth;
+      e.style.fontSize = `${parseFloat(getComputedStyle(e).fontSize) * scale * 0.98}px`;
+    }
+  return fitted;
+}"""
+# What would be cut at the paper's edge: any box of the book wider than the column it sits
+# in, or reaching past the column's right edge (checked after FIT_WIDE; none expected).
+TOO_WIDE = """column => [...document.querySelectorAll(
+    '.book-part :is(div.math mjx-container, table, pre, img, figure, div.cell_output)')]
+  .filter(e => e.scrollWidth > e.parentElement.clientWidth + 1
+          || e.getBoundingClientRect().right > column + 1)
+  .map(e => `${e.closest('.book-part').id}: ${e.tagName.toLowerCase()} "${e.textContent.trim().slice(0, 40)}"`)"""
+MM = 96 / 25.4  # CSS pixels per millimetre
+PAPER_WIDTH_MM = {"A4": 210, "Letter": 215.9}
+SIDE_MARGINS_MM = 14 + 14  # as in PRINT_CSS's @page
+
 # The text of every heading, by that text without spaces: Chromium's outline drops the
 # space where a heading wraps ("step bystep"); the bookmarks take the heading's own text.
 HEADINGS = """() => Object.fromEntries([...document.querySelectorAll('h1, h2, h3')].map(h =>
@@ -265,25 +294,40 @@ def print_twice(context, document: Path, parts: list[Part], paper: str):
     """Print the document once with its outline; write into the table of contents the page
     on which each part starts; print the contents' pages again. Returns (the whole PDF, the
     contents' pages, the outline, part -> page, heading texts)."""
+    clock = time.perf_counter()
     page = context.new_page()
     page.goto(document.as_uri())
     page.wait_for_load_state("load")
     page.wait_for_function("window.MathJax?.startup?.promise !== undefined", timeout=60_000)
     page.evaluate("MathJax.startup.promise")
+    typeset = time.perf_counter() - clock
     page.evaluate(OPEN_DETAILS)
     headings = page.evaluate(HEADINGS)
     page.emulate_media(media="print", color_scheme="light")
+    column = round((PAPER_WIDTH_MM[paper] - SIDE_MARGINS_MM) * MM)
+    page.set_viewport_size({"width": column, "height": 1000})
+    page.evaluate(FIT_WIDE)
+    too_wide = page.evaluate(TOO_WIDE, column)
+    width = page.evaluate("document.documentElement.scrollWidth")
+    if too_wide or width > column:
+        raise SystemExit(f"make pdf: {width} px wide for a column of {column} px; these would "
+                         f"be cut at the paper's edge: {too_wide[:10]}")
     options = dict(format=paper, print_background=True, display_header_footer=True,
                    header_template="<span></span>", footer_template=FOOTER,
                    prefer_css_page_size=True, outline=True, tagged=True)
+    clock = time.perf_counter()
     first = page.pdf(**options)
+    printed = time.perf_counter() - clock
     outline = outline_pages(first)
     pages = part_pages(outline, parts)
     page.evaluate("""pages => { for (const [part, number] of Object.entries(pages))
         document.querySelector(`.book-toc-page[data-part="${part}"]`).textContent = number; }""",
                   {k: str(v) for k, v in pages.items()})
     front = min(pages.values()) - 1  # the title page and the table of contents
+    clock = time.perf_counter()
     contents = page.pdf(**{**options, "page_ranges": f"1-{front}"})
+    print(f"pdf: typeset in {typeset:.0f} s, printed in {printed:.0f} s, contents printed "
+          f"again in {time.perf_counter() - clock:.0f} s", flush=True)
     page.close()
     return first, contents, outline, pages, headings
 

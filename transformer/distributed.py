@@ -534,17 +534,17 @@ class Task(NamedTuple):
         batches: epoch -> that epoch's global batches (the same on every process).
         loss_fn: (forward, batch) -> (mean loss, token count), as chapter 09's train_step takes it.
         valid_loss: model -> its mean loss on the validation set (None without one).
-        save: (directory, model, metrics) -> writes the finished model where a user loads it.
+        save: (directory, metrics) -> writes the task's model, trained, where a user loads it.
         describe: one line for the log: the data and the size of a batch.
 
     Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
     """
 
-    model: torch.nn.Module
+    model: Transformer | LanguageModel
     batches: Callable[[int], list]
     loss_fn: Callable
     valid_loss: Callable[[torch.nn.Module], float | None]
-    save: Callable[[Path, torch.nn.Module, dict], None]
+    save: Callable[[Path, dict], None]
     describe: str
 
 
@@ -571,8 +571,8 @@ def translation_task(cfg: dict, procs: Processes) -> Task:
         valid = make_batches(valid_pairs, src_vocab, tgt_vocab, batch_size=500, max_len=model.max_len)
         return evaluate_loss(trained, valid, partial(translation_loss, eps=train_cfg["eps"]))
 
-    def save(directory: Path, trained: torch.nn.Module, metrics: dict) -> None:
-        save_checkpoint(directory, trained, src_vocab, tgt_vocab, metrics=metrics)
+    def save(directory: Path, metrics: dict) -> None:
+        save_checkpoint(directory, model, src_vocab, tgt_vocab, metrics=metrics)
 
     return Task(model, batches, lambda forward, batch: translation_loss(forward, batch, train_cfg["eps"]),
                 valid_loss, save, f"{len(train_pairs):,} sentence pairs, batch {train_cfg['batch_size']} sentences")
@@ -629,8 +629,8 @@ def language_model_task(cfg: dict, procs: Processes) -> Task:
     def valid_loss(trained: torch.nn.Module) -> float:
         return math.log(perplexity(trained, valid_stream.to(procs.device), seq_len))
 
-    def save(directory: Path, trained: torch.nn.Module, metrics: dict) -> None:
-        save_language_model(directory, trained, vocab, metrics=metrics, dtype=getattr(torch, train_cfg["save_dtype"]))
+    def save(directory: Path, metrics: dict) -> None:
+        save_language_model(directory, model, vocab, metrics=metrics, dtype=getattr(torch, train_cfg["save_dtype"]))
 
     return Task(model, batches, lm_loss, valid_loss, save,
                 f"{len(split.train):,} documents ({len(train_stream):,} ids, {len(vocab):,} tokens), "
@@ -868,7 +868,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
                 save()
             if rank0:
                 history["valid_loss"] = task.valid_loss(model)
-                task.save(out_dir / "model", model, {
+                task.save(out_dir / "model", {
                     "config": cfg, **{k: v for k, v in history.items() if k not in ("step", "loss", "grad_norm")},
                     "step": state.step, "losses": history["loss"], "grad_norms": history["grad_norm"]})
         say(f"stopped by SIGTERM at step {state.step}; checkpoint saved: run the same command to resume"

@@ -63,7 +63,7 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
         if len(fields) != 2 or not text:
             raise ValueError(f"{path}, line {line_no}: expected '% AUTHOR<TAB>TITLE' followed by "
                              f"text, got {header[:60]!r}")
-        documents.append(Document(*fields, text))
+        documents.append(Document(fields[0], fields[1], text))
         line_no += block.count("\n")
     return documents
 
@@ -166,9 +166,9 @@ def split_documents(documents: list[Document], valid_fraction: float = 0.05,
         members[group].append(i)
     random.Random(seed).shuffle(members)
     parts: list[list[int]] = [[], [], []]  # valid, test, train
-    for group in members:
+    for member_ids in members:
         target = 0 if len(parts[0]) < n_valid else 1 if len(parts[1]) < n_test else 2
-        parts[target] += group
+        parts[target] += member_ids
     if not parts[2]:
         raise ValueError(f"valid_fraction={valid_fraction} and test_fraction={test_fraction} leave "
                          f"no training document out of {len(documents)}")
