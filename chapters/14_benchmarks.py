@@ -109,8 +109,9 @@ print(f"load     {os.getloadavg()[0]:.1f} (1-minute average of runnable processe
 # ## 2 · How we time
 #
 # `interleaved` runs each function once per round, in turn, after a warm-up, and keeps
-# the CPU seconds of every call; the **median** over rounds is the figure we use (half
-# the runs were slower, half faster, so one disturbed run does not move it).
+# the CPU seconds of every call (or the wall-clock seconds, when asked: section 6); the
+# **median** over rounds is the figure we use (half the runs were slower, half faster,
+# so one disturbed run does not move it).
 
 # %%
 #| export
@@ -129,16 +130,18 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
-                warmup: int = 1) -> dict[str, float]:
-    """Median CPU seconds per call of each function, the calls interleaved.
+                warmup: int = 1, clock: Callable[[], float] = time.process_time) -> dict[str, float]:
+    """Median seconds per call of each function, the calls interleaved.
 
     Args:
         fns: name -> function to time.
         repeats: timed rounds; each runs every function once, in turn.
         warmup: untimed rounds first (allocator, kernels, optimiser state).
+        clock: what a second is (default time.process_time, the CPU seconds of this
+            process; time.perf_counter for the wall clock).
 
     Returns:
-        name -> median CPU seconds of one call.
+        name -> median seconds of one call.
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -146,7 +149,9 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(cpu_seconds(fn))
+            start = clock()
+            fn()
+            times[name].append(clock() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -543,7 +548,231 @@ assert products > measured  # the products alone are faster than the whole step
 # own bound moved by up to 1.8 times between repeats of one run. Closer still would
 # take kernels written by hand for the whole step, which this book leaves alone.
 #
-# ## 6 · Figures
+# The 85%-of-the-bound target that an earlier issue set for cached decoding is withdrawn:
+# on the virtual machines this book is built on, the bound itself moves too much between
+# runs (up to 1.8 times, as said above) for a fraction of it to be checked. The
+# measurement stays, as information about the machine and the code.
+#
+# ## 6 · Against the libraries a user would pick instead
+#
+# An engineer who knows Hugging Face would reach for `transformers`: `GPT2LMHeadModel`
+# instead of chapter 11's language model, `MarianMTModel` instead of chapter 08's
+# translator. Hugging Face's `transformers` is not a dependency of the package; `make
+# install` installs it (pinned, from `requirements-bench.txt`) for this section and for
+# `tools/bench_peers.py`, which runs the same comparisons with more repeats. Without it
+# this section says so and measures nothing.
+#
+# Both sides get random weights at the same sizes and run in this process, interleaved:
+#
+# * a **training step** of the language model as a trainer runs it: forward, next-token
+#   cross-entropy, backward, gradient norm clipped to 1, fused AdamW (what Hugging Face's
+#   `Trainer` picks), against GPT-2 with PyTorch's fused attention (`sdpa`) and the same
+#   GELU; ours is chapter 09's `train_step` with chapter 11's `lm_loss`;
+# * **greedy generation with the KV cache**, exactly as many new tokens on both sides
+#   (no early `<eos>`), at batch 1 and 8, each library's own `generate`.
+#
+# The builders below are what `tools/bench_peers.py` times too (its tests check that each
+# side's timed `generate` writes the tokens of its own plain reference, and as many).
+
+# %%
+#| export
+import importlib.util
+
+
+def hf_transformers_version() -> str | None:
+    """The installed Hugging Face transformers' version, or None if it is not installed."""
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
+                         dropout: float, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
+    """Chapter 11's LanguageModel and Hugging Face's GPT2LMHeadModel at the same size, seeded.
+
+    Both Pre-LN with the output layer tied to the embedding; GPT-2 with the exact GELU that
+    ours uses and PyTorch's fused attention ("sdpa"), and token ids 0, 1, 2 for padding,
+    `<bos>` and `<eos>` as ours. (GPT-2 learns its positions where ours are sinusoidal;
+    ours also drops out inside the feed-forward layer, chapter 06, where GPT-2 does not.)
+
+    Args:
+        vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes.
+
+    Returns:
+        (ours, GPT-2), in training mode.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from transformer.lm import LanguageModel
+
+    torch.manual_seed(0)
+    ours = LanguageModel(vocab_size, d_model, num_heads, num_layers, d_ff, dropout=dropout, max_len=max_len)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=vocab_size, n_positions=max_len, n_embd=d_model, n_layer=num_layers,
+                        n_head=num_heads, n_inner=d_ff, activation_function="gelu", resid_pdrop=dropout,
+                        embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return ours, GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+
+
+def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, num_layers: int = 3,
+                     d_ff: int = 1024, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
+    """Chapter 08's Transformer and Hugging Face's MarianMTModel at the same size, seeded.
+
+    Both Post-LN with ReLU and scaled embeddings shared by source, target and output layer,
+    dropout 0.1; Marian with PyTorch's fused attention ("sdpa").
+
+    Args:
+        vocab, d_model, num_heads, num_layers, d_ff, max_len: the sizes (num_layers
+            encoder and num_layers decoder layers).
+
+    Returns:
+        (ours, Marian), in training mode.
+    """
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(0)
+    ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
+                       num_decoder_layers=num_layers, d_ff=d_ff, dropout=0.1, max_len=max_len,
+                       share_embeddings=True, tie_output=True)
+    torch.manual_seed(0)
+    config = MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=num_layers, decoder_layers=num_layers,
+                          encoder_attention_heads=num_heads, decoder_attention_heads=num_heads,
+                          encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function="relu",
+                          max_position_embeddings=max_len, dropout=0.1, scale_embedding=True, pad_token_id=0,
+                          bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, forced_eos_token_id=None)
+    return ours, MarianMTModel._from_config(config, attn_implementation="sdpa")
+
+
+def lm_train_step_fns(ours: nn.Module, theirs: nn.Module, windows: Tensor,
+                      ) -> tuple[Callable[[], float], Callable[[], float]]:
+    """One training step of each language model on the same windows, as functions to time.
+
+    Ours: chapter 09's train_step with chapter 11's lm_loss; theirs: the loss that
+    GPT2LMHeadModel computes from labels. Both: gradient norm clipped to 1, fused AdamW.
+
+    Args:
+        ours, theirs: from peer_language_models.
+        windows: token ids [B, T + 1]; the inputs are the first T, the labels the last T.
+
+    Returns:
+        (ours, theirs): functions without arguments; each call is one step and returns its loss.
+    """
+    from transformer.lm import lm_loss
+    from transformer.training import TrainState, train_step
+
+    inputs, labels = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # [B, T] each
+    state = TrainState(ours, torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True))
+    optimizer = torch.optim.AdamW(theirs.parameters(), lr=1e-4, fused=True)
+    ours.train()
+    theirs.train()
+
+    def ours_step() -> float:
+        return train_step(state, (inputs, labels), lm_loss, clip=1.0).loss
+
+    def theirs_step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss = theirs(input_ids=inputs, labels=labels, shift_labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+        optimizer.step()
+        return loss.item()
+
+    return ours_step, theirs_step
+
+
+def greedy_fns(ours: nn.Module, theirs: nn.Module, inputs: Tensor, new_tokens: int,
+               ) -> tuple[Callable[[], Tensor], Callable[[], Tensor]]:
+    """Greedy generation with the KV cache, exactly new_tokens ids per row, on both sides.
+
+    Args:
+        ours: a LanguageModel or Transformer; theirs: a Hugging Face model (generate).
+        inputs: prompts (language models) or sources (translators), ids [B, T].
+        new_tokens: ids to write per row (no early <eos>).
+
+    Returns:
+        (ours, theirs): functions without arguments that return the ids; the models are
+        put in eval mode.
+    """
+    ours.eval()
+    theirs.eval()
+
+    def ours_generate() -> Tensor:
+        return ours.generate(inputs, new_tokens, ignore_eos=True)  # type: ignore[operator]
+
+    def theirs_generate() -> Tensor:
+        return theirs.generate(inputs, attention_mask=torch.ones_like(inputs),  # type: ignore[operator]
+                               max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                               num_beams=1)
+
+    return ours_generate, theirs_generate
+
+
+# %% [markdown]
+# The sizes of the issue that set the targets (vocabulary 2,000, $d_{\text{model}} = 256$,
+# 8 heads, 4 layers, $d_{ff} = 1024$, dropout 0.1, 8 windows of 127 tokens), and chapter
+# 11's own (the shipped model: vocabulary 6,179, $d_{\text{model}} = 192$, 4 heads, 4
+# layers, $d_{ff} = 768$, no dropout, 16 windows of 128 characters). Generation: 64 new
+# tokens after a 16-token prompt for the language models (issue size), 32 after a
+# 20-token source for the translators (3 + 3 layers). Timed in wall-clock seconds on
+# the threads the machine gives (both sides use the same), three repeats each;
+# `tools/bench_peers.py` repeats more.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+HF_VERSION = hf_transformers_version()
+LM_SIZES = {"issue size": dict(vocab_size=2000, d_model=256, num_heads=8, num_layers=4, d_ff=1024, dropout=0.1),
+            "chapter 11 size": dict(vocab_size=6179, d_model=192, num_heads=4, num_layers=4, d_ff=768, dropout=0.0)}
+LM_BATCHES = {"issue size": (8, 127), "chapter 11 size": (16, 128)}  # windows, tokens each
+peer_ratios: dict[str, float] = {}
+torch.set_num_threads(THREADS)
+if HF_VERSION is None:
+    print("Hugging Face transformers is not installed (`make install` installs it): nothing to compare")
+else:
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # its notes about config defaults are not ours to show
+    print(f"torch {torch.__version__}, transformers {HF_VERSION}, {torch.get_num_threads()} threads, "
+          f"load {os.getloadavg()[0]:.1f}")
+    for name, size in LM_SIZES.items():
+        batch_size, seq_len = LM_BATCHES[name]
+        lm_ours, gpt2 = peer_language_models(**size)
+        windows = torch.randint(3, size["vocab_size"], (batch_size, seq_len + 1),
+                                generator=torch.Generator().manual_seed(0))
+        ours_fn, theirs_fn = lm_train_step_fns(lm_ours, gpt2, windows)
+        times = interleaved({"ours": ours_fn, "theirs": theirs_fn}, repeats=3, clock=time.perf_counter)
+        peer_ratios[f"LM train step, {name}"] = times["ours"] / times["theirs"]
+    lm_ours, gpt2 = peer_language_models(**LM_SIZES["issue size"])
+    translator_ours, marian = peer_translators()
+    for batch_size in (1, 8):
+        prompts = torch.randint(3, 2000, (batch_size, 16), generator=torch.Generator().manual_seed(1))
+        ours_fn, theirs_fn = greedy_fns(lm_ours, gpt2, prompts, 64)
+        times = interleaved({"ours": ours_fn, "theirs": theirs_fn}, repeats=3, clock=time.perf_counter)
+        peer_ratios[f"LM generate, batch {batch_size}"] = times["ours"] / times["theirs"]
+    for batch_size in (1, 8):
+        sources = torch.randint(3, 2000, (batch_size, 20), generator=torch.Generator().manual_seed(1))
+        ours_fn, theirs_fn = greedy_fns(translator_ours, marian, sources, 32)
+        times = interleaved({"ours": ours_fn, "theirs": theirs_fn}, repeats=3, clock=time.perf_counter)
+        peer_ratios[f"translator generate, batch {batch_size}"] = times["ours"] / times["theirs"]
+    print(f"{'':32s} {'peer':22s} ours / peer  target")
+    for name, ratio in peer_ratios.items():
+        peer = "GPT2LMHeadModel" if name.startswith("LM") else "MarianMTModel"
+        target = 0.85 if "train" in name else 0.80
+        print(f"{name:32s} {peer:22s} {ratio:11.2f}  <= {target:.2f} {'met' if ratio <= target else 'not met'}")
+torch.set_num_threads(1)
+
+# %%
+if HF_VERSION is not None:  # guards a large regression only: a busy machine moves these by tens of percent
+    assert len(peer_ratios) == 6 and all(0.3 < ratio < 2.0 for ratio in peer_ratios.values()), peer_ratios
+
+# %% [markdown]
+# The targets of issue 25, for `tools/bench_peers.py` on a quiet machine, are a training
+# step at most 0.85 times GPT-2's and generation at most 0.80 times Hugging Face's. The
+# figure below draws this run's ratios against them; the summary says where the code
+# stands and why.
+#
+# ## 7 · Figures
 
 # %%
 #| fig-cap: The benchmarks of this appendix, as measured on the machine that ran it (they vary
@@ -574,8 +803,34 @@ axes[2].set(title=f"greedy decoding, batch 1 ({measured / bound:.0%} of the boun
 fig.tight_layout()
 plt.show()
 
+# %%
+#| fig-cap: The package's models against Hugging Face's at equal sizes, as measured on the
+#|   machine that ran this page (ratio of wall times, lower is faster; they vary between
+#|   machines and runs), with issue 25's targets dashed.
+#| fig-alt: A horizontal bar chart with six bars, the ratio of wall time ours over Hugging Face's
+#|   for the language model's training step at two sizes (against GPT-2) and greedy
+#|   generation at batch 1 and 8 for the language model (against GPT-2) and the translator
+#|   (against Marian); a black line at 1 (as fast) and red dashed marks at the targets,
+#|   0.85 for training and 0.80 for generation.
+if peer_ratios:
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    peer_names = list(peer_ratios)
+    ax.barh(peer_names, [peer_ratios[n] for n in peer_names],
+            color=["C0" if "train" in n else "C2" if n.startswith("LM") else "C1" for n in peer_names])
+    ax.axvline(1.0, color="k", lw=1)
+    for i, n in enumerate(peer_names):
+        target = 0.85 if "train" in n else 0.80
+        ax.plot([target, target], [i - 0.4, i + 0.4], "r--", lw=1)
+    ax.invert_yaxis()
+    ax.set(xlabel="ours / Hugging Face (wall time; lower is faster)",
+           title=f"against transformers {HF_VERSION} (GPT-2, Marian)")
+    fig.tight_layout()
+    plt.show()
+else:
+    print("no comparison with Hugging Face here: transformers is not installed")
+
 # %% [markdown]
-# ## 7 · Summary
+# ## 8 · Summary
 #
 # * The package exports these helpers as `transformer.benchmarks` (`machine_info`,
 #   `interleaved`, `TorchReference`, `train_step_flops`, `gemm_flops_per_second`,
@@ -587,3 +842,20 @@ plt.show()
 #   at batch 1.
 # * Each number is printed with the machine it ran on, and guarded by an assertion with a
 #   margin wide enough for a busy machine.
+# * Against Hugging Face (section 6; `tools/bench_peers.py`, five interleaved repeats in
+#   each of three rounds, 2 threads), on the 2-core machine this book is built on while
+#   other jobs shared it (load 1.0 to 1.8), the ratios ours / theirs were: the language
+#   model's training step 1.18 against GPT-2 at the issue's size and 0.95 at chapter 11's
+#   own size; greedy generation 0.77 (batch 1) and 0.94 (batch 8) against GPT-2, 0.89 and
+#   0.88 for the translator against Marian; eval forward 1.04 against
+#   `torch.nn.Transformer`. Of issue 25's targets (0.85 for training, 0.80 for
+#   generation, 0.90 for eval), only the language model's generation at batch 1 is met.
+# * Where the training step loses: dropout. PyTorch draws a dropout mask on the CPU with
+#   `bernoulli_`, which on this AMD processor runs one element at a time; a mask drawn
+#   with `torch.rand_like(x) >= p` is about 3 times as fast, and with it our step at the
+#   issue's size ran as fast as GPT-2's (1.00, measured in the same run). Our model also
+#   drops out inside the feed-forward layer (chapter 06), where GPT-2 does not: without
+#   that, the step is 0.98. Without dropout (chapter 11's size) both sides spend the step
+#   in the same matrix multiplies, and the step is about even. Changing how dropout draws
+#   its mask changes the random numbers of every chapter that trains, so it is left for a
+#   change that re-runs them.

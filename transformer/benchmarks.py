@@ -55,16 +55,18 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
-                warmup: int = 1) -> dict[str, float]:
-    """Median CPU seconds per call of each function, the calls interleaved.
+                warmup: int = 1, clock: Callable[[], float] = time.process_time) -> dict[str, float]:
+    """Median seconds per call of each function, the calls interleaved.
 
     Args:
         fns: name -> function to time.
         repeats: timed rounds; each runs every function once, in turn.
         warmup: untimed rounds first (allocator, kernels, optimiser state).
+        clock: what a second is (default time.process_time, the CPU seconds of this
+            process; time.perf_counter for the wall clock).
 
     Returns:
-        name -> median CPU seconds of one call.
+        name -> median seconds of one call.
 
     Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
     """
@@ -74,7 +76,9 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(cpu_seconds(fn))
+            start = clock()
+            fn()
+            times[name].append(clock() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
 # %% chapters/14_benchmarks.ipynb, cell 9
@@ -309,4 +313,148 @@ def bandwidth_bytes_per_second(n_bytes: int, repeats: int = 5) -> float:
     matrix @ vector  # warm-up
     return matrix.numel() * 4 / min(cpu_seconds(lambda: matrix @ vector) for _ in range(repeats))
 
-__all__ = ["machine_info", "cpu_seconds", "interleaved", "TorchReference", "random_batch", "train_step_fn", "eval_forward", "paired_models", "gemm_flops_per_second", "train_step_flops", "bytes_per_token", "bandwidth_bytes_per_second"]
+# %% chapters/14_benchmarks.ipynb, cell 28
+import importlib.util
+
+
+def hf_transformers_version() -> str | None:
+    """The installed Hugging Face transformers' version, or None if it is not installed.
+
+    Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
+    """
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
+                         dropout: float, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
+    """Chapter 11's LanguageModel and Hugging Face's GPT2LMHeadModel at the same size, seeded.
+
+    Both Pre-LN with the output layer tied to the embedding; GPT-2 with the exact GELU that
+    ours uses and PyTorch's fused attention ("sdpa"), and token ids 0, 1, 2 for padding,
+    `<bos>` and `<eos>` as ours. (GPT-2 learns its positions where ours are sinusoidal;
+    ours also drops out inside the feed-forward layer, chapter 06, where GPT-2 does not.)
+
+    Args:
+        vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes.
+
+    Returns:
+        (ours, GPT-2), in training mode.
+
+    Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from transformer.lm import LanguageModel
+
+    torch.manual_seed(0)
+    ours = LanguageModel(vocab_size, d_model, num_heads, num_layers, d_ff, dropout=dropout, max_len=max_len)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=vocab_size, n_positions=max_len, n_embd=d_model, n_layer=num_layers,
+                        n_head=num_heads, n_inner=d_ff, activation_function="gelu", resid_pdrop=dropout,
+                        embd_pdrop=dropout, attn_pdrop=dropout, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return ours, GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+
+
+def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, num_layers: int = 3,
+                     d_ff: int = 1024, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
+    """Chapter 08's Transformer and Hugging Face's MarianMTModel at the same size, seeded.
+
+    Both Post-LN with ReLU and scaled embeddings shared by source, target and output layer,
+    dropout 0.1; Marian with PyTorch's fused attention ("sdpa").
+
+    Args:
+        vocab, d_model, num_heads, num_layers, d_ff, max_len: the sizes (num_layers
+            encoder and num_layers decoder layers).
+
+    Returns:
+        (ours, Marian), in training mode.
+
+    Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
+    """
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(0)
+    ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
+                       num_decoder_layers=num_layers, d_ff=d_ff, dropout=0.1, max_len=max_len,
+                       share_embeddings=True, tie_output=True)
+    torch.manual_seed(0)
+    config = MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=num_layers, decoder_layers=num_layers,
+                          encoder_attention_heads=num_heads, decoder_attention_heads=num_heads,
+                          encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function="relu",
+                          max_position_embeddings=max_len, dropout=0.1, scale_embedding=True, pad_token_id=0,
+                          bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, forced_eos_token_id=None)
+    return ours, MarianMTModel._from_config(config, attn_implementation="sdpa")
+
+
+def lm_train_step_fns(ours: nn.Module, theirs: nn.Module, windows: Tensor,
+                      ) -> tuple[Callable[[], float], Callable[[], float]]:
+    """One training step of each language model on the same windows, as functions to time.
+
+    Ours: chapter 09's train_step with chapter 11's lm_loss; theirs: the loss that
+    GPT2LMHeadModel computes from labels. Both: gradient norm clipped to 1, fused AdamW.
+
+    Args:
+        ours, theirs: from peer_language_models.
+        windows: token ids [B, T + 1]; the inputs are the first T, the labels the last T.
+
+    Returns:
+        (ours, theirs): functions without arguments; each call is one step and returns its loss.
+
+    Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
+    """
+    from transformer.lm import lm_loss
+    from transformer.training import TrainState, train_step
+
+    inputs, labels = windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # [B, T] each
+    state = TrainState(ours, torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True))
+    optimizer = torch.optim.AdamW(theirs.parameters(), lr=1e-4, fused=True)
+    ours.train()
+    theirs.train()
+
+    def ours_step() -> float:
+        return train_step(state, (inputs, labels), lm_loss, clip=1.0).loss
+
+    def theirs_step() -> float:
+        optimizer.zero_grad(set_to_none=True)
+        loss = theirs(input_ids=inputs, labels=labels, shift_labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+        optimizer.step()
+        return loss.item()
+
+    return ours_step, theirs_step
+
+
+def greedy_fns(ours: nn.Module, theirs: nn.Module, inputs: Tensor, new_tokens: int,
+               ) -> tuple[Callable[[], Tensor], Callable[[], Tensor]]:
+    """Greedy generation with the KV cache, exactly new_tokens ids per row, on both sides.
+
+    Args:
+        ours: a LanguageModel or Transformer; theirs: a Hugging Face model (generate).
+        inputs: prompts (language models) or sources (translators), ids [B, T].
+        new_tokens: ids to write per row (no early <eos>).
+
+    Returns:
+        (ours, theirs): functions without arguments that return the ids; the models are
+        put in eval mode.
+
+    Defined in chapter 14, Appendix: Benchmarks (`chapters/14_benchmarks.ipynb`).
+    """
+    ours.eval()
+    theirs.eval()
+
+    def ours_generate() -> Tensor:
+        return ours.generate(inputs, new_tokens, ignore_eos=True)  # type: ignore[operator]
+
+    def theirs_generate() -> Tensor:
+        return theirs.generate(inputs, attention_mask=torch.ones_like(inputs),  # type: ignore[operator]
+                               max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                               num_beams=1)
+
+    return ours_generate, theirs_generate
+
+__all__ = ["machine_info", "cpu_seconds", "interleaved", "TorchReference", "random_batch", "train_step_fn", "eval_forward", "paired_models", "gemm_flops_per_second", "train_step_flops", "bytes_per_token", "bandwidth_bytes_per_second", "hf_transformers_version", "peer_language_models", "peer_translators", "lm_train_step_fns", "greedy_fns"]
