@@ -31,7 +31,9 @@ repeats), and checks that the tokens are identical. It prints the machine's load
 first and last: on a shared machine, compare ratios from one run, not times from two.
 
 Not a test: timings depend on the machine and on what else runs on it.
-Target (issue 12): cached greedy decoding at batch 1 >= 85% of the bound.
+Issue 12's target (cached greedy decoding at batch 1 >= 85% of the bound) is withdrawn
+(issue 25): the bound moves too much between runs on a virtual machine to check a
+fraction of it. The measurement stays, as information.
 """
 
 from __future__ import annotations
