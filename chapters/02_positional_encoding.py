@@ -105,14 +105,31 @@ print("order-blind summary, max |f(a) - f(b)|:",
 #
 # the size that chapter 01's $\sqrt{d_{\text{model}}}$ scale was measured against.
 #
-# **The relative-offset property.** Shifting a position by $k$ turns every hand by the
-# angle $\omega_i k$, whatever the starting position. By the angle-addition formulas,
+# **The relative-offset property.** Read pair $i$ as a clock hand, the point
+# $(x, y) = (\cos \omega_i pos,\ \sin \omega_i pos)$ of the plane (section 6 draws it so).
+# Shifting the position by $k$ turns every hand by the angle $\omega_i k$, whatever the
+# starting position. Turning a point $(x, y)$ counterclockwise by an angle $\theta$ is
+# multiplying it by the rotation matrix
 #
-# $$\begin{pmatrix} \sin \omega_i(pos+k) \\ \cos \omega_i(pos+k) \end{pmatrix}
-#   = \underbrace{\begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix}}_{R_i(k)}
-#   \begin{pmatrix} \sin \omega_i pos \\ \cos \omega_i pos \end{pmatrix},$$
+# $$R(\theta) = \begin{pmatrix} \cos\theta & -\sin\theta \\ \sin\theta & \cos\theta \end{pmatrix},$$
 #
-# so $PE(pos + k) = R(k)\, PE(pos)$ with $R(k)$ the block-diagonal matrix of the rotations
+# the one convention for rotations in this book (chapter 13 turns queries and keys with
+# the same matrix), and the angle-addition formulas say exactly that:
+#
+# $$\begin{pmatrix} \cos \omega_i(pos+k) \\ \sin \omega_i(pos+k) \end{pmatrix}
+#   = R(\omega_i k) \begin{pmatrix} \cos \omega_i pos \\ \sin \omega_i pos \end{pmatrix}.$$
+#
+# The table stores each pair the other way round, sine first: $(PE(pos, 2i), PE(pos, 2i+1))
+# = (y, x)$. Written in the table's order, the same turn reads
+#
+# $$R_i(k) = \begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\ -\sin \omega_i k & \cos \omega_i k \end{pmatrix},
+#   \qquad \begin{pmatrix} \sin \omega_i(pos+k) \\ \cos \omega_i(pos+k) \end{pmatrix}
+#   = R_i(k) \begin{pmatrix} \sin \omega_i pos \\ \cos \omega_i pos \end{pmatrix}:$$
+#
+# $R(\omega_i k)$ with its two rows and its two columns swapped. The minus sign moves to
+# the other corner because the coordinates are listed in the other order; the hand turns
+# the same way. So $PE(pos + k) = R(k)\, PE(pos)$ with $R(k)$ the block-diagonal matrix of
+# the blocks
 # $R_i(k)$: **a fixed rotation that depends on $k$ only**. A linear map (which attention's
 # projections are) can therefore express "the token $k$ places away". That is the paper's
 # stated reason for the choice: "for any fixed offset $k$, $PE_{pos+k}$ can be represented
@@ -278,98 +295,6 @@ class PositionalEncoding(nn.Module):
                 f"max_len={self.max_len}; build PositionalEncoding with a larger max_len"
             )
         return self.dropout(x + self.pe[start:start + seq].to(x.dtype))  # [seq, d_model] broadcasts over batch
-
-
-# %% [markdown]
-# **Another way to use the same angles: rotate instead of add.** Section 5 shows that
-# going from position $pos$ to $pos + k$ turns each pair of the encoding by the angle
-# $\omega_i k$. Later models take that literally: instead of *adding* a position vector
-# to the embedding, they *rotate* each pair of features of the queries and keys inside
-# attention by the angle $\omega_i \cdot pos$ (rotary position embedding, RoPE). Two
-# rotated vectors then have a dot product that depends on their positions only through
-# the difference. `RotaryEmbedding` does that rotation, with this chapter's angles; it
-# is an option of chapter 05's attention, and chapter 13 motivates and measures it. The
-# 2017 model, and every chapter up to 12, uses the sinusoidal encoding above.
-
-# %%
-#| export
-class RotaryEmbedding(nn.Module):
-    """Rotate each pair of features by an angle proportional to its position (RoPE).
-
-    Pair i, (x[2i], x[2i+1]), at position pos turns by pos * w_i, with the frequencies
-    w_i = 10000 ** (-2i / d_head) of sinusoidal_encoding, whose table holds the sines
-    (even columns) and cosines (odd columns) of exactly these angles. Applied to the
-    queries and keys of attention (chapter 05's MultiHeadAttention(rotary=...)), it makes
-    each score depend on the two positions only through their difference (chapter 13).
-    The tables are non-persistent buffers `cos` and `sin` [max_len, d_head / 2], like
-    PositionalEncoding's `pe`.
-
-    Args:
-        d_head: size of the vectors it rotates (one head's), a positive even integer.
-        max_len: number of positions in the tables, > 0 (default 5000); positions at or
-            past it raise a ValueError.
-
-    Raises:
-        ValueError: an argument is of the wrong type or out of range (named in the message).
-    """
-
-    cos: Tensor  # [max_len, d_head / 2], buffers (for type checkers: register_buffer is dynamic)
-    sin: Tensor
-
-    def __init__(self, d_head: int, max_len: int = 5000):
-        super().__init__()
-        _check_int("d_head", d_head)
-        _check_int("max_len", max_len)
-        if d_head % 2:
-            raise ValueError(f"d_head must be even (features turn in pairs), got {d_head}")
-        self.d_head, self.max_len = d_head, max_len
-        cos, sin = self._tables()
-        self.register_buffer("cos", cos, persistent=False)  # [max_len, d_head / 2]
-        self.register_buffer("sin", sin, persistent=False)
-
-    def _tables(self) -> tuple[Tensor, Tensor]:
-        table = sinusoidal_encoding(self.max_len, self.d_head)  # [max_len, d_head]: sin, cos, sin, ...
-        return table[:, 1::2].contiguous(), table[:, 0::2].contiguous()  # cos and sin of pos·w_i
-
-    def reset_buffers(self, device: torch.device | str | None = None) -> None:
-        """Compute the tables `cos` and `sin` [max_len, d_head / 2] again, on `device`.
-
-        Args:
-            device: where the tables go; None keeps their current device.
-        """
-        device = self.cos.device if device is None else device
-        cos, sin = self._tables()
-        self.cos, self.sin = (t.to(device=device, dtype=self.cos.dtype) for t in (cos, sin))
-
-    def extra_repr(self) -> str:
-        return f"d_head={self.d_head}, max_len={self.max_len}"
-
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        """Rotate the vectors of positions start .. start+T-1.
-
-        Args:
-            x: [..., T, d_head], floating point (queries or keys, e.g. [B, heads, T, d_head]).
-            start: position of x's first row, >= 0 (default 0; the cache's length when decoding).
-
-        Returns:
-            The rotated vectors, same shape and dtype as x.
-
-        Raises:
-            ValueError: x's last axis is not d_head, or start+T exceeds max_len.
-        """
-        if not isinstance(x, Tensor) or x.dim() < 2 or x.size(-1) != self.d_head:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape [..., T, d_head={self.d_head}], got {got}")
-        _check_int("start", start, 0)
-        t = x.size(-2)
-        if start + t > self.max_len:
-            raise ValueError(f"positions {start}..{start + t - 1} exceed max_len={self.max_len}; "
-                             "build RotaryEmbedding with a larger max_len")
-        cos = self.cos[start:start + t].to(x.dtype)  # [T, d_head / 2]
-        sin = self.sin[start:start + t].to(x.dtype)
-        even, odd = x[..., 0::2], x[..., 1::2]  # the two coordinates of each pair, [..., T, d_head / 2]
-        turned = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # [..., T, d_head / 2, 2]
-        return turned.flatten(-2)  # [..., T, d_head]: the pairs side by side again
 
 
 # %% [markdown]
@@ -708,6 +633,9 @@ plt.show()
 # The input to the model is now complete: `[B, T]` ids become `[B, T, d_model]` vectors
 # that say both *which token* and *where*. The same word at two positions now gets two
 # different vectors, and offsets between positions are expressible by a linear map.
+# (Later models use the rotations $R(\theta)$ of section 2 another way: instead of adding a
+# vector to the embedding, they turn each query and key inside attention by its
+# position's angles. Chapter 13 builds these rotary positions and measures them.)
 #
 # What is still missing is **context**. Each vector is still computed from one token and
 # one position alone: the vector for *apples* does not depend on *love* before it. Nothing

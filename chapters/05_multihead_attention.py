@@ -289,20 +289,18 @@ def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name:
 # come from the source, which does not change at all, so they are computed once and then
 # reused. Chapter 10 explains it properly; section 5 below checks that it is exact.
 #
-# Two more options belong to chapter 13, which motivates and measures them; their
-# defaults give the module of 2017 described here. `num_kv_heads` (grouped-query
-# attention) gives the keys and values fewer heads than the queries, each shared by a
-# group of query heads: `k_proj` and `v_proj` shrink to `num_kv_heads·d_head` outputs,
-# the cache stores only those heads, and they are repeated for their group just before
-# the attention call. `rotary` (a `RotaryEmbedding` of chapter 02) rotates each query
-# and key by its position before the scores are taken; when decoding, the cache's length
-# says where the new positions start.
+# Two small hooks look ahead to chapter 13, and by default change nothing. `positional`
+# takes a module (or a function) `f(x, start)` that gives the queries and keys their
+# positions inside attention, for models that do not add positions to the embeddings;
+# when decoding, the cache's length says where the new positions start. And the attention
+# itself, from the heads of Q, K and V to the heads of the output, is one method,
+# `attend`, so that a variant of the module can change that step alone.
 
 # %%
 #| export
-from torch import nn
+from collections.abc import Callable
 
-from transformer.positional import RotaryEmbedding
+from torch import nn
 
 from transformer.attention import scaled_dot_product_attention
 from transformer.embedding import _check_bool, _check_float, _check_int
@@ -330,20 +328,17 @@ class MultiHeadAttention(nn.Module):
         num_heads: number of heads h, > 0; each has d_head = d_model // h features.
         dropout: dropout probability on the attention weights, in [0, 1) (default 0.0).
         bias: give the four projections a bias (default True).
-        num_kv_heads: heads of the keys and values, dividing num_heads (default None:
-            num_heads, the paper's multi-head attention). Fewer is grouped-query attention
-            (1: multi-query): each key/value head serves num_heads // num_kv_heads query
-            heads, and a cache holds num_kv_heads heads (chapter 13).
-        rotary: a RotaryEmbedding(d_head) of chapter 02 that rotates queries and keys by
-            their positions, for self-attention (default None: positions are not this
-            module's business).
+        positional: a module or function f(x, start) -> x that gives queries and keys
+            [B, heads, T, d_head] the positions start .. start+T-1, applied after the
+            projections in self-attention (default None, the paper: positions were added
+            to the embeddings before attention; chapter 13 passes rotary positions).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 num_kv_heads: int | None = None, rotary: RotaryEmbedding | None = None):
+                 positional: Callable[[Tensor, int], Tensor] | None = None):
         super().__init__()
         _check_int("d_model", d_model)
         _check_int("num_heads", num_heads)
@@ -353,17 +348,14 @@ class MultiHeadAttention(nn.Module):
             )
         _check_float("dropout", dropout, 0.0, 1.0)
         _check_bool("bias", bias)
-        num_kv_heads = num_heads if num_kv_heads is None else _check_int("num_kv_heads", num_kv_heads)
-        if num_heads % num_kv_heads:
-            raise ValueError(f"num_kv_heads ({num_kv_heads}) must divide num_heads ({num_heads})")
+        if positional is not None and not callable(positional):
+            raise ValueError(f"positional must be a module or function f(x, start), or None, got {positional!r}")
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
-        if rotary is not None and (not isinstance(rotary, RotaryEmbedding) or rotary.d_head != self.d_head):
-            raise ValueError(f"rotary must be a RotaryEmbedding(d_head={self.d_head}) or None, got {rotary!r}")
-        self.num_kv_heads, self.rotary = num_kv_heads, rotary
+        self.positional = positional
         # Each weight is h per-head matrices W_i [d_model, d_head] stacked side by side.
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)  # d_model unless grouped
-        self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O mixes the heads
         self.dropout = nn.Dropout(dropout)
 
@@ -371,7 +363,8 @@ class MultiHeadAttention(nn.Module):
         """Cut the last axis into heads of d_head features: a view, no copy.
 
         Args:
-            x: [B, T, n·d_head] (n = num_heads for queries, num_kv_heads for keys and values).
+            x: [B, T, n·d_head] (n heads: num_heads here; a variant may give keys and
+                values fewer).
 
         Returns:
             [B, n, T, d_head].
@@ -413,12 +406,13 @@ class MultiHeadAttention(nn.Module):
                 tensor's size, so that torch.export sees one graph for every size.
 
         Returns:
-            q [B, Tq, d_model], k and v [B, Tk, num_kv_heads·d_head] (d_model by default).
+            q [B, Tq, d_model], k [B, Tk, d_model] and v [B, Tk, d_model] (each as wide as
+            its projection's output).
         """
         if stack and query is key and key is value:
-            qkv = _fused_linear(query, (self.q_proj, self.k_proj, self.v_proj))  # [B, T, 3·d_model]
-            kv_size = self.k_proj.out_features
-            return qkv.split([self.d_model, kv_size, kv_size], dim=-1)  # three views, no copy
+            layers = (self.q_proj, self.k_proj, self.v_proj)
+            qkv = _fused_linear(query, layers)  # [B, T, 3·d_model]
+            return qkv.split([layer.out_features for layer in layers], dim=-1)  # three views, no copy
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
     def forward(
@@ -444,8 +438,8 @@ class MultiHeadAttention(nn.Module):
                 otherwise the new keys and values are projected and, unless static_kv,
                 appended after the cached ones along time (in place, if the cache has
                 an `append(k, v)` method, as chapter 10's KVCache does). k and v
-                ([B, num_kv_heads, Tk, d_head]) are then stored in the cache; with
-                rotary, the cached length is the position of the first new query.
+                ([B, heads, Tk, d_head]) are then stored in the cache; with
+                positional, the cached length is the position of the first new query.
             static_kv: the keys and values do not change between calls (cross-attention).
             need_weights: return the attention weights (default True, as
                 torch.nn.MultiheadAttention). False runs the fused kernel of chapter 03
@@ -463,12 +457,12 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ValueError: a shape does not fit (named in the message), key or value is None
                 with no cached keys and values to reuse, or static_kv is asked of a module
-                with rotary positions.
+                with positional (cross-attention has no positions to give).
             TypeError: an input's dtype differs from the weights', or mask is not bool.
         """
-        if static_kv and self.rotary is not None:
-            raise ValueError("static_kv=True (cross-attention) cannot rotate keys by position: "
-                             "build this module with rotary=None")
+        if static_kv and self.positional is not None:
+            raise ValueError("static_kv=True (cross-attention) with positional: the source's keys "
+                             "have no positions of the target's; build this module with positional=None")
         reuse = cache is not None and static_kv and "k" in cache
         for name, x in (("key", key), ("value", value)):
             if x is None and not reuse:
@@ -483,24 +477,38 @@ class MultiHeadAttention(nn.Module):
         else:
             assert key is not None and value is not None  # checked above
             q, k, v = map(self.split_heads, self.project(query, key, value,
-                                                       stack=cache is None))  # [B, h or h_kv, T, d_head]
-            if self.rotary is not None:  # new positions start after the cached ones
+                                                       stack=cache is None))  # [B, h, T, d_head]
+            if self.positional is not None:  # new positions start after the cached ones
                 start = cache["k"].size(2) if cache is not None and "k" in cache else 0
-                q, k = self.rotary(q, start), self.rotary(k, start)
+                q, k = self.positional(q, start), self.positional(k, start)
             if cache is not None and not static_kv and hasattr(cache, "append"):
                 k, v = cache.append(k, v)  # a preallocated cache writes in place (chapter 10)
             elif cache is not None and not static_kv and "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # earlier steps first
                 v = torch.cat([cache["v"], v], dim=2)
         if cache is not None:
-            cache["k"], cache["v"] = k, v  # [B, h_kv, Tk, d_head]: the grouped heads only
-        if self.num_kv_heads != self.num_heads:  # each key/value head serves a group of query heads
-            group = self.num_heads // self.num_kv_heads
-            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # [B, h, Tk, d_head]
-        dropout_p = self.dropout.p if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p,
-                                                    need_weights=need_weights, is_causal=is_causal)
+            cache["k"], cache["v"] = k, v  # [B, h, Tk, d_head]
+        out, weights = self.attend(q, k, v, mask, need_weights, is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+               need_weights: bool = True, is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+        """Chapter 03's attention on every head at once, dropout on the weights in training.
+
+        Args:
+            q: queries [B, h, Tq, d_head].
+            k: keys [B, h, Tk, d_head].
+            v: values [B, h, Tk, d_head].
+            mask: optional bool, True = may attend, broadcastable to [B, h, Tq, Tk].
+            need_weights: return the weights (else the fused kernel, and None).
+            is_causal: query i sees keys 0..i only, on top of mask (chapter 03's flag).
+
+        Returns:
+            out [B, h, Tq, d_head], and weights [B, h, Tq, Tk] or None.
+        """
+        dropout_p = self.dropout.p if self.training else 0.0
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p, need_weights=need_weights,
+                                            is_causal=is_causal)
 
 
 # %% [markdown]

@@ -114,11 +114,8 @@ assert torch.equal(hidden @ torch.tensor([1.0, -2.0]), xor)
 #   2018) use GELU (Hendrycks and Gimpel 2016, *Gaussian Error Linear Units*),
 #   $\operatorname{GELU}(z) = z\,\Phi(z)$ with $\Phi$ the standard normal CDF, a smooth
 #   ReLU that lets small negative values through (figure in section 6). Here it is a
-#   parameter. A third value, `"swiglu"`, belongs to chapter 13, which motivates and
-#   measures it: a *gated* FFN (Shazeer 2020), $(\operatorname{SiLU}(x_t W_1 + b_1) \odot
-#   (x_t W_g + b_g))\,W_2 + b_2$, whose second projection $W_g$ (`gate`) scales each hidden
-#   unit; a model that uses it usually takes $d_\text{ff}$ about $\tfrac{2}{3}$ of the
-#   usual width, to keep the parameter count.
+#   parameter. (Later language models gate the hidden layer instead, with a third
+#   projection: chapter 13 builds that variant, SwiGLU, and measures it.)
 # * **Position-wise.** The same $W_1, W_2$ serve every position, and no position sees
 #   another: the FFN commutes with any reordering of the positions (section 5 checks it).
 #   The paper's other description, "two convolutions with kernel size 1", says the same
@@ -142,22 +139,20 @@ from torch import Tensor, nn
 
 from transformer.embedding import _check_float, _check_int
 
-ACTIVATIONS = ("relu", "gelu", "swiglu")
+ACTIVATIONS = ("relu", "gelu")
 
 
 class FeedForward(nn.Module):
     """linear2(dropout(activation(linear1(x)))), applied to each position alone.
 
     The same weights act on every position: any leading axes work. Dropout acts on the
-    hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer. With
-    activation="swiglu" the hidden layer is silu(linear1(x)) * gate(x) (chapter 13).
+    hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer.
 
     Args:
         d_model: size of the input and output vectors, > 0.
         d_ff: size of the hidden layer, > 0 (default 4 * d_model, the paper's ratio).
         dropout: dropout probability on the hidden activations, in [0, 1) (default 0.1).
-        activation: "relu" (the paper, default), "gelu" (BERT, GPT) or "swiglu" (a gated
-            SiLU with a third Linear, `gate`, as in LLaMA; chapter 13).
+        activation: "relu" (the paper, default) or "gelu" (BERT, GPT).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -176,9 +171,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
+        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu}
         self.activation = functions[activation]
-        self.gate = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # W_g, b_g
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the two layers to every position.
@@ -195,10 +189,7 @@ class FeedForward(nn.Module):
         if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape [..., d_model={self.d_model}], got {got}")
-        hidden = self.activation(self.linear1(x))  # [batch, seq, d_ff]
-        if self.gate is not None:  # swiglu: each hidden unit scaled by its gate
-            hidden = hidden * self.gate(x)
-        hidden = self.dropout(hidden)
+        hidden = self.dropout(self.activation(self.linear1(x)))  # [batch, seq, d_ff]
         return self.linear2(hidden)  # [batch, seq, d_model]
 
     def extra_repr(self) -> str:

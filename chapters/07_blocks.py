@@ -291,59 +291,6 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 # %% [markdown]
 # ## 3 · The code
 #
-# ### The norm: LayerNorm, or RMSNorm
-#
-# Every block below normalises with `nn.LayerNorm` by default. Later models often use a
-# cheaper variant, **RMSNorm** (Zhang and Sennrich 2019), which skips the mean and the
-# shift: $\operatorname{RMSNorm}(x) = \gamma \odot x \,/\, \sqrt{\tfrac{1}{d}\sum_j x_j^2 + \epsilon}$.
-# The blocks take it as an option, `norm="rms"`; chapter 13 motivates and measures it.
-
-# %%
-#| export
-import torch
-from torch import Tensor, nn
-
-from transformer.embedding import _check_float, _check_int
-
-NORMS = ("layer", "rms")
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x², last axis) + eps) * weight: LayerNorm without the mean and the bias.
-
-    Same numbers as torch.nn.RMSNorm(d_model, eps) (chapter 13 checks it).
-
-    Args:
-        d_model: size of the last axis, > 0.
-        eps: added to the mean square, > 0 (default 1e-6).
-
-    Raises:
-        ValueError: an argument is of the wrong type or out of range (named in the message).
-    """
-
-    def __init__(self, d_model: int, eps: float = 1e-6):
-        super().__init__()
-        self.d_model = _check_int("d_model", d_model)
-        self.eps = _check_float("eps", eps, 0.0, low_closed=False)
-        self.weight = nn.Parameter(torch.ones(d_model))  # gamma
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Normalise the last axis of x [..., d_model]; returns the same shape."""
-        inv_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # [..., 1]
-        return x * inv_rms * self.weight  # [..., d_model]
-
-    def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
-
-
-def _make_norm(norm: str, d_model: int) -> nn.Module:
-    """nn.LayerNorm(d_model) for norm="layer", RMSNorm(d_model) for norm="rms"."""
-    if not isinstance(norm, str) or norm not in NORMS:
-        raise ValueError(f"norm must be one of {list(NORMS)}, got {norm!r}")
-    return nn.LayerNorm(d_model) if norm == "layer" else RMSNorm(d_model)
-
-
-# %% [markdown]
 # ### The encoder block
 #
 # An encoder block has two sublayers, each wrapped as above:
@@ -359,13 +306,28 @@ def _make_norm(norm: str, d_model: int) -> nn.Module:
 # `torch.nn.MultiheadAttention` and the `nn.Transformer*` layers use the opposite
 # convention). For the encoder it is the source padding mask `[B, 1, 1, S]`. A block never
 # reads the attention weights, so it asks for `need_weights=False`: chapter 03's fused path.
+#
+# The norm is an argument, `norm`: a function of `d_model` that builds one (default
+# `nn.LayerNorm`, the paper's). Chapter 13 passes a cheaper one that later models use.
 
 # %%
 #| export
-from transformer.embedding import _check_bool
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
 from transformer.multihead import MultiHeadAttention
-from transformer.positional import RotaryEmbedding
+
+
+def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
+    """norm(d_model), refused with a clear error unless it builds a module."""
+    module = norm(d_model) if callable(norm) else None
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"norm must be a function of d_model that builds a module (nn.LayerNorm), got {norm!r}")
+    return module
 
 
 def _check_stream(x: Tensor, d_model: int, name: str, dtype: torch.dtype) -> None:
@@ -391,16 +353,17 @@ class EncoderBlock(nn.Module):
         d_ff: hidden size of the feed-forward network, > 0.
         dropout: dropout probability (attention weights, FFN hidden layer, each
             sublayer's output), in [0, 1) (default 0.1).
-        activation: "relu" (default), "gelu" or "swiglu" (chapter 06's FeedForward).
+        activation: "relu" (default) or "gelu" (chapter 06's FeedForward).
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
-        norm: "layer" (nn.LayerNorm, default) or "rms" (RMSNorm).
+        norm: a function of d_model that builds each norm (default nn.LayerNorm).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False, norm: str = "layer"):
+                 activation: str = "relu", norm_first: bool = False,
+                 norm: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
@@ -467,7 +430,10 @@ class EncoderBlock(nn.Module):
 #
 # One option looks ahead to chapter 11: `cross_attention=False` builds the block
 # *without* its second sublayer (and its norm), for a model that has no encoder to read,
-# a decoder-only language model. The default is the block of the paper.
+# a decoder-only language model. The default is the block of the paper. And two arguments
+# take the functions that build the other sublayers, `self_attention` (default chapter 05's
+# `MultiHeadAttention`) and `feed_forward` (default chapter 06's `FeedForward`), so that
+# chapter 13 can hand the same block refined ones.
 
 # %%
 #| export
@@ -500,14 +466,14 @@ class DecoderBlock(nn.Module):
         num_heads: number of attention heads, > 0.
         d_ff: hidden size of the feed-forward network, > 0.
         dropout: dropout probability, in [0, 1) (default 0.1).
-        activation: "relu" (default), "gelu" or "swiglu" (chapter 06's FeedForward).
+        activation: "relu" (default) or "gelu" (chapter 06's FeedForward).
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
         cross_attention: keep the cross-attention sublayer (default True, the paper).
-        norm: "layer" (nn.LayerNorm, default) or "rms" (RMSNorm).
-        num_kv_heads: key/value heads of the self-attention (default None: num_heads;
-            chapter 05's grouped-query option).
-        rotary: a RotaryEmbedding for the self-attention's queries and keys (default
-            None; chapter 05's option).
+        norm: a function of d_model that builds each norm (default nn.LayerNorm).
+        self_attention: a function (d_model, num_heads, dropout) -> the self-attention
+            module, a MultiHeadAttention or a subclass (default MultiHeadAttention).
+        feed_forward: a function (d_model, d_ff, dropout) -> the feed-forward module
+            (default None: FeedForward(d_model, d_ff, dropout, activation)).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -515,15 +481,16 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, cross_attention: bool = True,
-                 norm: str = "layer", num_kv_heads: int | None = None,
-                 rotary: RotaryEmbedding | None = None):
+                 norm: Callable[[int], nn.Module] = nn.LayerNorm,
+                 self_attention: Callable[[int, int, float], MultiHeadAttention] = MultiHeadAttention,
+                 feed_forward: Callable[[int, int, float], nn.Module] | None = None):
         super().__init__()
         self.d_model = d_model
         self.cross_attention = _check_bool("cross_attention", cross_attention)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, num_kv_heads=num_kv_heads,
-                                            rotary=rotary)
+        self.self_attn = self_attention(d_model, num_heads, dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout) if cross_attention else None
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation)
+        self.ffn = (FeedForward(d_model, d_ff, dropout, activation) if feed_forward is None
+                    else feed_forward(d_model, d_ff, dropout))
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model) if cross_attention else None
         self.norm3 = _make_norm(norm, d_model)
@@ -633,7 +600,7 @@ class Encoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
-                 norm: str = "layer"):
+                 norm: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
@@ -664,9 +631,9 @@ class Decoder(nn.Module):
     Args:
         num_layers: number of blocks, > 0.
         d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention, norm,
-            num_kv_heads: as in DecoderBlock (cross_attention=False: the stack of a
-            decoder-only model, which reads no memory).
-        rotary: one RotaryEmbedding that every block's self-attention shares (default None).
+            self_attention, feed_forward: as in DecoderBlock (cross_attention=False: the
+            stack of a decoder-only model, which reads no memory); the final norm of a
+            Pre-LN stack is norm(d_model) too.
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -674,13 +641,14 @@ class Decoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
-                 cross_attention: bool = True, norm: str = "layer", num_kv_heads: int | None = None,
-                 rotary: RotaryEmbedding | None = None):
+                 cross_attention: bool = True, norm: Callable[[int], nn.Module] = nn.LayerNorm,
+                 self_attention: Callable[[int, int, float], MultiHeadAttention] = MultiHeadAttention,
+                 feed_forward: Callable[[int, int, float], nn.Module] | None = None):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
             DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention,
-                         norm, num_kv_heads, rotary)
+                         norm, self_attention, feed_forward)
             for _ in range(num_layers)
         )
         self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()

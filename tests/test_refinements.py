@@ -1,24 +1,25 @@
-"""Tests for the refinements of chapter 13, options of the modules that own each idea:
-RotaryEmbedding (chapter 02), grouped-query attention and rotary positions in
-MultiHeadAttention (chapter 05), the SwiGLU feed-forward (chapter 06), RMSNorm
-(chapter 07) and LanguageModel's options (chapter 11)."""
+"""Tests for the refinements of chapter 13 (transformer.refinements): RotaryEmbedding,
+RMSNorm, SwiGLU and GroupedQueryAttention, the hooks of earlier chapters they enter
+through (MultiHeadAttention's `positional` and `attend`, chapter 05; the blocks' `norm`,
+`self_attention` and `feed_forward`, chapter 07), and LanguageModel's named options
+(chapter 11), which chapter 13 registers."""
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
-import torch.nn.functional as F
 from test_lm import EVERY_OPTION
 from test_lm import small_lm as lm_2017
 
-from transformer.blocks import Decoder, DecoderBlock, EncoderBlock, RMSNorm
+from transformer.blocks import Decoder, DecoderBlock, EncoderBlock
 from transformer.data import BOS_ID
-from transformer.feedforward import FeedForward
 from transformer.generation import KVCache, generate
-from transformer.lm import LanguageModel
+from transformer.lm import ATTENTIONS, FEED_FORWARDS, NORMS, POSITIONS, LanguageModel
 from transformer.masks import causal_mask
 from transformer.multihead import MultiHeadAttention
-from transformer.positional import RotaryEmbedding
+from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU
 
 
 # test_lm is importable: pytest puts each test file's folder on sys.path.
@@ -27,7 +28,7 @@ def small_lm(**kwargs):
     return lm_2017(**({"num_heads": 4} | kwargs))
 
 
-# --- RMSNorm (chapter 07) ----------------------------------------------------------------
+# --- RMSNorm, through the blocks' norm hook (chapter 07) -----------------------------------
 
 @pytest.mark.parametrize("shape, scale", [((3, 5, 8), 3.0), ((8,), 1.0), ((2, 1, 3, 8), 1e-4)])
 def test_rmsnorm_equals_torch_in_values_and_gradients(shape, scale):
@@ -49,13 +50,24 @@ def test_rmsnorm_equals_torch_in_values_and_gradients(shape, scale):
 
 
 def test_rmsnorm_blocks_use_it_everywhere_and_the_default_stays_layernorm():
-    block = DecoderBlock(16, 4, 32, norm="rms", cross_attention=False)
+    block = DecoderBlock(16, 4, 32, norm=RMSNorm, cross_attention=False)
     assert isinstance(block.norm1, RMSNorm) and isinstance(block.norm3, RMSNorm)
     assert isinstance(EncoderBlock(16, 4, 32).norm1, torch.nn.LayerNorm)
-    assert isinstance(Decoder(2, 16, 4, 32, norm_first=True, norm="rms").norm, RMSNorm)
+    assert isinstance(EncoderBlock(16, 4, 32, norm=RMSNorm).norm2, RMSNorm)
+    assert isinstance(Decoder(2, 16, 4, 32, norm_first=True, norm=RMSNorm).norm, RMSNorm)
+    with pytest.raises(ValueError, match="norm must be a function of d_model"):
+        DecoderBlock(16, 4, 32, norm="rms")
 
 
-# --- rotary positions (chapter 02) -------------------------------------------------------
+def test_block_hooks_build_the_sublayers_they_are_given():
+    block = DecoderBlock(16, 4, 32, dropout=0.0, cross_attention=False, feed_forward=SwiGLU,
+                         self_attention=lambda d, h, p: GroupedQueryAttention(d, h, p, num_kv_heads=2))
+    assert isinstance(block.ffn, SwiGLU) and block.ffn.gate_proj.out_features == 32
+    assert isinstance(block.self_attn, GroupedQueryAttention) and block.self_attn.num_kv_heads == 2
+    assert type(DecoderBlock(16, 4, 32).self_attn) is MultiHeadAttention  # the 2017 default
+
+
+# --- rotary positions, through MultiHeadAttention's positional hook (chapter 05) ----------
 
 def test_rope_scores_depend_only_on_the_offset():
     torch.manual_seed(0)
@@ -83,6 +95,18 @@ def test_rope_equals_the_complex_number_form():
     torch.testing.assert_close(rope(x).norm(dim=-1), x.norm(dim=-1), atol=1e-5, rtol=0)
 
 
+def test_rope_is_chapter_02s_rotation_of_each_pair():
+    """One rotation convention across the book: pair (x[2i], x[2i+1]) at position m is
+    multiplied by R(m w_i) = [[cos, -sin], [sin, cos]] (counterclockwise)."""
+    x = torch.randn(5, 8)
+    turned = RotaryEmbedding(8, max_len=64)(x, start=9)
+    for t in range(5):
+        for i in range(4):
+            angle = (9 + t) * 10000.0 ** (-2 * i / 8)
+            R = torch.tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+            torch.testing.assert_close(turned[t, 2 * i:2 * i + 2], R @ x[t, 2 * i:2 * i + 2], atol=1e-5, rtol=0)
+
+
 def test_rope_refuses_bad_arguments():
     with pytest.raises(ValueError, match="d_head must be even"):
         RotaryEmbedding(7)
@@ -93,27 +117,51 @@ def test_rope_refuses_bad_arguments():
         rope(torch.zeros(1, 4, 8), start=7)
     with pytest.raises(ValueError, match="d_head=8"):
         rope(torch.zeros(1, 4, 6))
-    with pytest.raises(ValueError, match="rotary must be a RotaryEmbedding"):
-        MultiHeadAttention(16, 4, rotary=RotaryEmbedding(8))
-    mha = MultiHeadAttention(16, 4, rotary=RotaryEmbedding(4))
+    with pytest.raises(ValueError, match="positional must be a module or function"):
+        MultiHeadAttention(16, 4, positional="rotary")
+    mha = MultiHeadAttention(16, 4, positional=RotaryEmbedding(4))
     with pytest.raises(ValueError, match="static_kv"):
         mha(torch.zeros(1, 2, 16), torch.zeros(1, 3, 16), torch.zeros(1, 3, 16), static_kv=True)
+
+
+def test_positional_hook_gets_the_queries_keys_and_the_cache_length():
+    """The hook is general: any f(x, start). It sees queries and keys [B, h, T, d_head],
+    with start = the positions already cached; an identity hook changes nothing."""
+    torch.manual_seed(0)
+    calls = []
+
+    def spy(x, start):
+        calls.append((tuple(x.shape), start))
+        return x
+
+    plain, hooked = MultiHeadAttention(16, 4), MultiHeadAttention(16, 4, positional=spy)
+    hooked.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(hooked(x, x, x, causal_mask(5))[0], plain(x, x, x, causal_mask(5))[0],
+                               atol=0, rtol=0)
+    assert calls == [((2, 4, 5, 4), 0)] * 2  # queries, then keys
+    calls.clear()
+    cache = KVCache(8)
+    hooked(x[:, :3], x[:, :3], x[:, :3], causal_mask(3), cache=cache)
+    hooked(x[:, 3:4], x[:, 3:4], x[:, 3:4], cache=cache)
+    assert calls == [((2, 4, 3, 4), 0)] * 2 + [((2, 4, 1, 4), 3)] * 2
 
 
 def test_rope_tables_come_back_after_meta_loading(tmp_path):
     model = small_lm(positions="rotary")
     model.save_pretrained(tmp_path / "m")
     loaded = LanguageModel.from_pretrained(tmp_path / "m")
-    rope = loaded.decoder.layers[0].self_attn.rotary
-    assert rope is loaded.decoder.layers[1].self_attn.rotary, "one table shared by every layer"
+    rope = loaded.decoder.layers[0].self_attn.positional
+    assert isinstance(rope, RotaryEmbedding)
+    assert rope is loaded.decoder.layers[1].self_attn.positional, "one table shared by every layer"
     assert torch.equal(rope.cos, RotaryEmbedding(4, 40).cos)
 
 
-# --- grouped-query attention (chapter 05) --------------------------------------------------
+# --- grouped-query attention, through MultiHeadAttention's attend (chapter 05) -------------
 
 def test_gqa_with_as_many_kv_heads_as_heads_is_multi_head_attention():
     torch.manual_seed(0)
-    mha, gqa = MultiHeadAttention(16, 4), MultiHeadAttention(16, 4, num_kv_heads=4)
+    mha, gqa = MultiHeadAttention(16, 4), GroupedQueryAttention(16, 4, num_kv_heads=4)
     gqa.load_state_dict(mha.state_dict())
     x, mask = torch.randn(2, 6, 16), causal_mask(6)
     for need_weights in (True, False):
@@ -126,7 +174,7 @@ def test_gqa_equals_mha_whose_kv_heads_are_repeated(num_kv_heads):
     """Each key/value head serves its group of query heads: copying it to every head of the
     group gives a plain multi-head attention with the same outputs."""
     torch.manual_seed(0)
-    gqa = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads)
+    gqa = GroupedQueryAttention(16, 4, num_kv_heads=num_kv_heads)
     mha = MultiHeadAttention(16, 4)
     group = 4 // num_kv_heads
     state = gqa.state_dict()
@@ -159,21 +207,36 @@ def test_the_kv_cache_shrinks_by_the_group_factor(num_kv_heads):
     (dict(num_kv_heads=0), "num_kv_heads"),
     (dict(num_kv_heads=2.0), "num_kv_heads"),
 ])
-def test_mha_refuses_bad_num_kv_heads(kwargs, message):
+def test_gqa_refuses_bad_num_kv_heads(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        MultiHeadAttention(16, 4, **kwargs)
+        GroupedQueryAttention(16, 4, **kwargs)
 
 
-# --- SwiGLU (chapter 06) -----------------------------------------------------------------
-
-def test_swiglu_is_the_gated_formula_and_has_a_third_matrix():
+def test_gqa_caches_the_grouped_heads_and_decodes_exactly_with_rope():
+    """Cached decoding (rotary positions offset by the cache length) equals the full pass."""
     torch.manual_seed(0)
-    ffn = FeedForward(8, 12, dropout=0.0, activation="swiglu")
+    gqa = GroupedQueryAttention(16, 4, num_kv_heads=2, positional=RotaryEmbedding(4, 20)).eval()
+    x = torch.randn(2, 9, 16)
+    full = gqa(x, x, x, causal_mask(9))[0]
+    for cache in ({}, KVCache(9)):
+        pieces = [gqa(x[:, :4], x[:, :4], x[:, :4], causal_mask(4), cache=cache)[0]]
+        pieces += [gqa(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)[0] for t in range(4, 9)]
+        torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+        assert cache["k"].shape == (2, 2, 9, 4)
+
+
+# --- SwiGLU, through the decoder block's feed_forward hook (chapter 07) --------------------
+
+def test_swiglu_is_the_gated_formula_without_biases():
+    torch.manual_seed(0)
+    ffn = SwiGLU(8, 12, dropout=0.0)
     x = torch.randn(2, 5, 8)
-    expected = ffn.linear2(F.silu(ffn.linear1(x)) * ffn.gate(x))
-    torch.testing.assert_close(ffn(x), expected, atol=0, rtol=0)
-    assert sum(p.numel() for p in ffn.parameters()) == 3 * 8 * 12 + 2 * 12 + 8
-    assert FeedForward(8, 12, activation="gelu").gate is None
+    expected = x @ ffn.gate_proj.weight.T
+    expected = (expected * torch.sigmoid(expected) * (x @ ffn.up_proj.weight.T)) @ ffn.down_proj.weight.T
+    torch.testing.assert_close(ffn(x), expected, atol=1e-6, rtol=0)
+    assert sum(p.numel() for p in ffn.parameters()) == 3 * 8 * 12  # three matrices, no bias
+    with pytest.raises(ValueError, match="d_model=8"):
+        ffn(torch.zeros(2, 7))
 
 
 # --- the language model with every option ---------------------------------------------------
@@ -211,6 +274,30 @@ def test_lm_has_no_future_leak_with_every_option(norm_first):
         before, after = model(ids), model(changed)
         torch.testing.assert_close(before[:, :t], after[:, :t], atol=0, rtol=0)
         assert not torch.equal(before[:, t:], after[:, t:])
+
+
+def test_lm_options_build_the_refinements_of_chapter_13():
+    model = small_lm(**EVERY_OPTION)
+    block = model.decoder.layers[0]
+    assert isinstance(block.self_attn, GroupedQueryAttention) and block.self_attn.num_kv_heads == 1
+    assert isinstance(block.self_attn.positional, RotaryEmbedding)
+    assert isinstance(block.ffn, SwiGLU) and isinstance(block.norm1, RMSNorm)
+    assert isinstance(model.decoder.norm, RMSNorm)
+    assert (POSITIONS["rotary"], NORMS["rms"], FEED_FORWARDS["swiglu"], ATTENTIONS["grouped-query"]) == (
+        RotaryEmbedding, RMSNorm, SwiGLU, GroupedQueryAttention)
+
+
+def test_a_fresh_process_knows_the_refinements_names(tmp_path):
+    """The names are registered when transformer.refinements is imported, which importing
+    any part of the package does (transformer/__init__.py imports every module). A model
+    saved with them loads in a process that never imported transformer.refinements itself."""
+    small_lm(**EVERY_OPTION).save_pretrained(tmp_path / "lm")
+    code = ("import sys; from transformer.lm import LanguageModel; "
+            "m = LanguageModel.from_pretrained(sys.argv[1]); "
+            "print(type(m.decoder.layers[0].self_attn).__name__, type(m.decoder.layers[0].ffn).__name__)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lm")], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["GroupedQueryAttention", "SwiGLU"]
 
 
 def test_rotary_lm_has_no_added_position_signal():

@@ -15,6 +15,7 @@ from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAt
 from transformer.multihead import MultiHeadAttention
 from transformer.feedforward import FeedForward
 from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
+from transformer.refinements import RotaryEmbedding, RMSNorm, SwiGLU, GroupedQueryAttention
 # Masks
 from transformer.masks import causal_mask, padding_mask, combine_masks
 # Generation
@@ -49,6 +50,10 @@ __all__ = [
     "DecoderBlock",
     "Encoder",
     "Decoder",
+    "RotaryEmbedding",
+    "RMSNorm",
+    "SwiGLU",
+    "GroupedQueryAttention",
     "causal_mask",
     "padding_mask",
     "combine_masks",

@@ -2,55 +2,22 @@
 """Encoder and decoder blocks: the code that chapter 07 builds."""
 
 # %% chapters/07_blocks.ipynb, cell 16
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
-from transformer.embedding import _check_float, _check_int
-
-NORMS = ("layer", "rms")
-
-
-class RMSNorm(nn.Module):
-    """x / sqrt(mean(x², last axis) + eps) * weight: LayerNorm without the mean and the bias.
-
-    Same numbers as torch.nn.RMSNorm(d_model, eps) (chapter 13 checks it).
-
-    Args:
-        d_model: size of the last axis, > 0.
-        eps: added to the mean square, > 0 (default 1e-6).
-
-    Raises:
-        ValueError: an argument is of the wrong type or out of range (named in the message).
-
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
-    """
-
-    def __init__(self, d_model: int, eps: float = 1e-6):
-        super().__init__()
-        self.d_model = _check_int("d_model", d_model)
-        self.eps = _check_float("eps", eps, 0.0, low_closed=False)
-        self.weight = nn.Parameter(torch.ones(d_model))  # gamma
-
-    def forward(self, x: Tensor) -> Tensor:
-        """Normalise the last axis of x [..., d_model]; returns the same shape."""
-        inv_rms = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)  # [..., 1]
-        return x * inv_rms * self.weight  # [..., d_model]
-
-    def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
-
-
-def _make_norm(norm: str, d_model: int) -> nn.Module:
-    """nn.LayerNorm(d_model) for norm="layer", RMSNorm(d_model) for norm="rms"."""
-    if not isinstance(norm, str) or norm not in NORMS:
-        raise ValueError(f"norm must be one of {list(NORMS)}, got {norm!r}")
-    return nn.LayerNorm(d_model) if norm == "layer" else RMSNorm(d_model)
-
-# %% chapters/07_blocks.ipynb, cell 18
-from transformer.embedding import _check_bool
+from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
 from transformer.multihead import MultiHeadAttention
-from transformer.positional import RotaryEmbedding
+
+
+def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
+    """norm(d_model), refused with a clear error unless it builds a module."""
+    module = norm(d_model) if callable(norm) else None
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"norm must be a function of d_model that builds a module (nn.LayerNorm), got {norm!r}")
+    return module
 
 
 def _check_stream(x: Tensor, d_model: int, name: str, dtype: torch.dtype) -> None:
@@ -76,9 +43,9 @@ class EncoderBlock(nn.Module):
         d_ff: hidden size of the feed-forward network, > 0.
         dropout: dropout probability (attention weights, FFN hidden layer, each
             sublayer's output), in [0, 1) (default 0.1).
-        activation: "relu" (default), "gelu" or "swiglu" (chapter 06's FeedForward).
+        activation: "relu" (default) or "gelu" (chapter 06's FeedForward).
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
-        norm: "layer" (nn.LayerNorm, default) or "rms" (RMSNorm).
+        norm: a function of d_model that builds each norm (default nn.LayerNorm).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -87,7 +54,8 @@ class EncoderBlock(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
-                 activation: str = "relu", norm_first: bool = False, norm: str = "layer"):
+                 activation: str = "relu", norm_first: bool = False,
+                 norm: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         self.d_model = d_model
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
@@ -127,7 +95,7 @@ class EncoderBlock(nn.Module):
         x = self.norm1(x + self._sa_block(x, src_mask))  # Post-LN (the paper)
         return self.norm2(x + self._ff_block(x))
 
-# %% chapters/07_blocks.ipynb, cell 20
+# %% chapters/07_blocks.ipynb, cell 18
 def _attend(attn: MultiHeadAttention, query: Tensor, kv: Tensor, mask: Tensor | None,
             cache: dict | None, static_kv: bool = False, is_causal: bool = False) -> Tensor:
     """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through the KV cache if one is given.
@@ -157,14 +125,14 @@ class DecoderBlock(nn.Module):
         num_heads: number of attention heads, > 0.
         d_ff: hidden size of the feed-forward network, > 0.
         dropout: dropout probability, in [0, 1) (default 0.1).
-        activation: "relu" (default), "gelu" or "swiglu" (chapter 06's FeedForward).
+        activation: "relu" (default) or "gelu" (chapter 06's FeedForward).
         norm_first: Pre-LN instead of the paper's Post-LN (default False).
         cross_attention: keep the cross-attention sublayer (default True, the paper).
-        norm: "layer" (nn.LayerNorm, default) or "rms" (RMSNorm).
-        num_kv_heads: key/value heads of the self-attention (default None: num_heads;
-            chapter 05's grouped-query option).
-        rotary: a RotaryEmbedding for the self-attention's queries and keys (default
-            None; chapter 05's option).
+        norm: a function of d_model that builds each norm (default nn.LayerNorm).
+        self_attention: a function (d_model, num_heads, dropout) -> the self-attention
+            module, a MultiHeadAttention or a subclass (default MultiHeadAttention).
+        feed_forward: a function (d_model, d_ff, dropout) -> the feed-forward module
+            (default None: FeedForward(d_model, d_ff, dropout, activation)).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -174,15 +142,16 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
                  activation: str = "relu", norm_first: bool = False, cross_attention: bool = True,
-                 norm: str = "layer", num_kv_heads: int | None = None,
-                 rotary: RotaryEmbedding | None = None):
+                 norm: Callable[[int], nn.Module] = nn.LayerNorm,
+                 self_attention: Callable[[int, int, float], MultiHeadAttention] = MultiHeadAttention,
+                 feed_forward: Callable[[int, int, float], nn.Module] | None = None):
         super().__init__()
         self.d_model = d_model
         self.cross_attention = _check_bool("cross_attention", cross_attention)
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout, num_kv_heads=num_kv_heads,
-                                            rotary=rotary)
+        self.self_attn = self_attention(d_model, num_heads, dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout) if cross_attention else None
-        self.ffn = FeedForward(d_model, d_ff, dropout, activation)
+        self.ffn = (FeedForward(d_model, d_ff, dropout, activation) if feed_forward is None
+                    else feed_forward(d_model, d_ff, dropout))
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model) if cross_attention else None
         self.norm3 = _make_norm(norm, d_model)
@@ -266,7 +235,7 @@ class DecoderBlock(nn.Module):
         x = norm2(x + self._mha_block(x, memory, memory_mask, cross_cache))
         return self.norm3(x + self._ff_block(x))
 
-# %% chapters/07_blocks.ipynb, cell 22
+# %% chapters/07_blocks.ipynb, cell 20
 class Encoder(nn.Module):
     """A stack of num_layers EncoderBlocks, plus a final LayerNorm when norm_first.
 
@@ -282,7 +251,7 @@ class Encoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
-                 norm: str = "layer"):
+                 norm: Callable[[int], nn.Module] = nn.LayerNorm):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
@@ -313,9 +282,9 @@ class Decoder(nn.Module):
     Args:
         num_layers: number of blocks, > 0.
         d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention, norm,
-            num_kv_heads: as in DecoderBlock (cross_attention=False: the stack of a
-            decoder-only model, which reads no memory).
-        rotary: one RotaryEmbedding that every block's self-attention shares (default None).
+            self_attention, feed_forward: as in DecoderBlock (cross_attention=False: the
+            stack of a decoder-only model, which reads no memory); the final norm of a
+            Pre-LN stack is norm(d_model) too.
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -325,13 +294,14 @@ class Decoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
                  dropout: float = 0.1, activation: str = "relu", norm_first: bool = False,
-                 cross_attention: bool = True, norm: str = "layer", num_kv_heads: int | None = None,
-                 rotary: RotaryEmbedding | None = None):
+                 cross_attention: bool = True, norm: Callable[[int], nn.Module] = nn.LayerNorm,
+                 self_attention: Callable[[int, int, float], MultiHeadAttention] = MultiHeadAttention,
+                 feed_forward: Callable[[int, int, float], nn.Module] | None = None):
         super().__init__()
         _check_int("num_layers", num_layers)
         self.layers = nn.ModuleList(
             DecoderBlock(d_model, num_heads, d_ff, dropout, activation, norm_first, cross_attention,
-                         norm, num_kv_heads, rotary)
+                         norm, self_attention, feed_forward)
             for _ in range(num_layers)
         )
         self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()
@@ -360,4 +330,4 @@ class Decoder(nn.Module):
             x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i], tgt_is_causal)
         return self.norm(x)
 
-__all__ = ["NORMS", "RMSNorm", "EncoderBlock", "DecoderBlock", "Encoder", "Decoder"]
+__all__ = ["EncoderBlock", "DecoderBlock", "Encoder", "Decoder"]

@@ -9,22 +9,20 @@ from torch import Tensor, nn
 
 from transformer.embedding import _check_float, _check_int
 
-ACTIVATIONS = ("relu", "gelu", "swiglu")
+ACTIVATIONS = ("relu", "gelu")
 
 
 class FeedForward(nn.Module):
     """linear2(dropout(activation(linear1(x)))), applied to each position alone.
 
     The same weights act on every position: any leading axes work. Dropout acts on the
-    hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer. With
-    activation="swiglu" the hidden layer is silu(linear1(x)) * gate(x) (chapter 13).
+    hidden activations [..., d_ff], as in torch.nn.TransformerEncoderLayer.
 
     Args:
         d_model: size of the input and output vectors, > 0.
         d_ff: size of the hidden layer, > 0 (default 4 * d_model, the paper's ratio).
         dropout: dropout probability on the hidden activations, in [0, 1) (default 0.1).
-        activation: "relu" (the paper, default), "gelu" (BERT, GPT) or "swiglu" (a gated
-            SiLU with a third Linear, `gate`, as in LLaMA; chapter 13).
+        activation: "relu" (the paper, default) or "gelu" (BERT, GPT).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
@@ -45,9 +43,8 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
         self.dropout = nn.Dropout(dropout)
-        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu}
+        functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu}
         self.activation = functions[activation]
-        self.gate = nn.Linear(d_model, d_ff) if activation == "swiglu" else None  # W_g, b_g
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the two layers to every position.
@@ -64,10 +61,7 @@ class FeedForward(nn.Module):
         if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape [..., d_model={self.d_model}], got {got}")
-        hidden = self.activation(self.linear1(x))  # [batch, seq, d_ff]
-        if self.gate is not None:  # swiglu: each hidden unit scaled by its gate
-            hidden = hidden * self.gate(x)
-        hidden = self.dropout(hidden)
+        hidden = self.dropout(self.activation(self.linear1(x)))  # [batch, seq, d_ff]
         return self.linear2(hidden)  # [batch, seq, d_model]
 
     def extra_repr(self) -> str:

@@ -157,12 +157,32 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
     return written
 
 # %% chapters/11_language_model.ipynb, cell 33
+from collections.abc import Callable
+from functools import partial
+
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
+from transformer.feedforward import FeedForward
 from transformer.model import PretrainedModel, _check_special_ids
-from transformer.positional import PositionalEncoding, RotaryEmbedding
+from transformer.multihead import MultiHeadAttention
+from transformer.positional import PositionalEncoding
 
-POSITIONS = ("sinusoidal", "rotary")
+# What each name of a LanguageModel option builds. Chapter 13 adds its refinements.
+# positions: None for chapter 02's encoding added to the embeddings, else a function
+# (d_head, max_len) -> a module f(x, start) that turns queries and keys inside attention.
+POSITIONS: dict[str, Callable | None] = {"sinusoidal": None}
+NORMS: dict[str, Callable] = {"layer": nn.LayerNorm}  # d_model -> a norm module
+FEED_FORWARDS: dict[str, Callable] = {  # activation -> (d_model, d_ff, dropout) -> a module
+    "relu": partial(FeedForward, activation="relu"), "gelu": partial(FeedForward, activation="gelu")}
+# "multi-head" unless num_kv_heads is given: (d_model, num_heads, dropout, **options) -> a module
+ATTENTIONS: dict[str, Callable] = {"multi-head": MultiHeadAttention}
+
+
+def _named(option: str, table: dict, name: str):
+    """table[name], or a ValueError that names the option and the names it knows."""
+    if not isinstance(name, str) or name not in table:
+        raise ValueError(f"{option} must be one of {list(table)}, got {name!r}")
+    return table[name]
 
 
 class LanguageModel(PretrainedModel):
@@ -171,7 +191,8 @@ class LanguageModel(PretrainedModel):
     Chapter 07's Decoder with its cross-attention sublayers absent, Pre-LN by default,
     the output layer's weight tied to the embedding table. It knows its config
     (chapter 08): `LanguageModel.from_pretrained(directory)` rebuilds what
-    `save_pretrained(directory)` wrote.
+    `save_pretrained(directory)` wrote. Its parts are chosen by name (the tables
+    POSITIONS, NORMS, FEED_FORWARDS and ATTENTIONS; chapter 13 adds refinements to them).
 
     Args:
         vocab_size: V, the number of token ids, > 0.
@@ -182,19 +203,21 @@ class LanguageModel(PretrainedModel):
         dropout: dropout probability in [0, 1) (default 0.1).
         max_len: the most positions the model reads at once, > 0 (default 256).
         pad_id: the padding id (default 0, as chapter 09's vocabularies).
-        activation: the feed-forward activation, "relu", "gelu" or "swiglu" (default "gelu").
+        activation: the feed-forward network, a name in FEED_FORWARDS (default "gelu").
         norm_first: Pre-LN (True, the default) or Post-LN blocks.
         tie_output: the output layer's weight is the embedding table (default True).
-        positions: "sinusoidal" (chapter 02's encoding added to the embeddings, default)
-            or "rotary" (a RotaryEmbedding that turns queries and keys inside attention).
-        norm: "layer" (default) or "rms" (chapter 07's RMSNorm).
+        positions: a name in POSITIONS (default "sinusoidal": chapter 02's encoding,
+            added to the embeddings).
+        norm: a name in NORMS (default "layer": nn.LayerNorm).
         bos_id: the id of `<bos>`, which generate never writes (default 1, chapter 09's).
         eos_id: the id that ends a row in generate (default 2, chapter 09's `<eos>`).
-        num_kv_heads: key/value heads, dividing num_heads (default None: num_heads;
-            chapter 05's grouped-query attention).
+        num_kv_heads: key/value heads of the attention (default None: multi-head
+            attention, as many as num_heads); a number needs ATTENTIONS["grouped-query"],
+            which chapter 13 adds.
 
     Raises:
-        ValueError: an argument is out of range (the message names it).
+        ValueError: an argument is out of range, or a name is not in its table (the
+            message names it).
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
@@ -217,17 +240,26 @@ class LanguageModel(PretrainedModel):
         _check_special_ids(pad_id, bos_id, eos_id)
         self.bos_id, self.eos_id = bos_id, eos_id  # what generate starts with and stops at
         _check_bool("tie_output", tie_output)
-        if not isinstance(positions, str) or positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {list(POSITIONS)}, got {positions!r}")
-        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
-        # Sinusoidal: added to the embeddings (then dropout). Rotary: applied inside attention,
-        # and the embeddings only get their dropout.
-        self.positional = PositionalEncoding(d_model, max_len, dropout) if positions == "sinusoidal" else None
-        self.embed_dropout = nn.Dropout(dropout) if positions == "rotary" else None
         _check_int("num_heads", num_heads)  # before d_model // num_heads
-        rotary = RotaryEmbedding(d_model // num_heads, max_len) if positions == "rotary" else None
-        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, activation, norm_first,
-                               cross_attention=False, norm=norm, num_kv_heads=num_kv_heads, rotary=rotary)
+        in_attention = _named("positions", POSITIONS, positions)  # None: added to the embeddings
+        self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
+        # Added positions: the encoding, then dropout. Positions inside attention: the
+        # embeddings only get their dropout, and one module turns every layer's q and k.
+        self.positional = PositionalEncoding(d_model, max_len, dropout) if in_attention is None else None
+        self.embed_dropout = nn.Dropout(dropout) if in_attention is not None else None
+        attention_options = {}
+        if in_attention is not None:
+            attention_options["positional"] = in_attention(d_model // num_heads, max_len)
+        if num_kv_heads is not None:
+            attention_options["num_kv_heads"] = num_kv_heads
+        if num_kv_heads is not None and "grouped-query" not in ATTENTIONS:
+            raise ValueError("num_kv_heads needs grouped-query attention, ATTENTIONS['grouped-query'], "
+                             "which chapter 13 adds (transformer.refinements); leave it None")
+        attention = ATTENTIONS["multi-head" if num_kv_heads is None else "grouped-query"]
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=norm_first,
+                               cross_attention=False, norm=_named("norm", NORMS, norm),
+                               self_attention=partial(attention, **attention_options),
+                               feed_forward=_named("activation", FEED_FORWARDS, activation))
         self.generator = nn.Linear(d_model, vocab_size)  # hidden state -> one score per token
         self.tie_weights()
 
@@ -363,4 +395,4 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
         raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {model.vocab_size}")
     return LanguageModelCheckpoint(model, vocab, metrics)
 
-__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "POSITIONS", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "POSITIONS", "NORMS", "FEED_FORWARDS", "ATTENTIONS", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]
