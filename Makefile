@@ -44,7 +44,7 @@ help:
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
 	@echo "make student     student copies (solutions removed) in student/; FORCE=1 overwrites edited ones"
 	@echo "make check NB=student/04_causal_mask.ipynb   a student's self-check: passed/failed per exercise"
-	@echo "make grade NB=returned/   grade a folder (or one file) of returned notebooks into graded/*.csv"
+	@echo "make grade NB=returned/ [OUT=dir] [ROSTER=roster.csv] [FORCE=1]   grade a folder of returned notebooks"
 	@echo "make course COURSE=~/course   lay out an nbgrader course with every chapter"
 	@echo "make chapters    [NB=...] each chapter run once: nbval's comparison, exercise proof, nbgrader"
 	@echo "make nbval       nbval the classic way: each chapter in a kernel of nbval's own"
@@ -181,10 +181,13 @@ lab: $(STAMP)
 student: $(STAMP)
 	$(PY) tools/exercises.py student $(if $(FORCE),--force)
 
-# NB: a returned notebook or a folder of them (any names); JOBS: notebooks at once.
+# NB: a returned notebook or a folder of them (any names); OUT: the gradebook's folder
+# (default graded/; one that holds a gradebook is refused unless FORCE=1); ROSTER: a CSV
+# that maps files to student ids; JOBS: notebooks at once.
 grade: $(STAMP)
-	@test -n "$(NB)" || { echo "usage: make grade NB=folder-or-notebook [JOBS=n]"; exit 2; }
-	$(PY) tools/exercises.py grade $(NB) $(if $(JOBS),--jobs $(JOBS))
+	@test -n "$(NB)" || { echo "usage: make grade NB=folder-or-notebook [OUT=dir] [ROSTER=csv] [FORCE=1] [JOBS=n]"; exit 2; }
+	$(PY) tools/exercises.py grade $(NB) $(if $(OUT),--out $(OUT)) $(if $(ROSTER),--roster $(ROSTER)) \
+		$(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
 
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=student/04_causal_mask.ipynb"; exit 2; }

@@ -537,14 +537,18 @@ print("a summary that ignores order cannot tell them apart:", torch.allclose(a.s
 # ## 8 · Exercises
 #
 # Each exercise is a function to complete (in your student copy its body is a stub that
-# raises `NotImplementedError`); the cell after it checks your answer and, when it fails,
-# says what it expected and what it got. The exercises are independent of each other.
+# raises `NotImplementedError`), an experiment to run, or a question to answer in words;
+# the cell after a function checks your answer and, when it fails, says what it expected
+# and what it got. When your notebook is graded, each check also tries cases you do not
+# see (other shapes, sizes, data types): write what the text asks for, not what fits the
+# messages. The exercises are independent of each other.
 #
 # ### Exercise 1 · One-hot lookup
 # Write `one_hot_lookup(ids, weight)` that computes an embedding lookup **without
 # indexing**: build the one-hot vectors of `ids` (any shape) and multiply them by
-# `weight` (`[V, d]`). The check compares your result with `nn.Embedding` on a batch of
-# random ids.
+# `weight` (`[V, d]`, any floating dtype). While the check runs your function, indexing a
+# tensor (`weight[ids]`), `F.embedding`, `index_select` and `gather` raise. The check
+# compares your result with `nn.Embedding` on random ids.
 
 # %%
 def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -556,26 +560,49 @@ def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 # %%
 #| check ex1-one-hot
-_g = torch.Generator().manual_seed(11)
-_table = nn.Embedding(50, 6)  # V = 50 rows of size 6
-for _shape in [(3, 7), (4,), (2, 3, 5)]:  # ids of any shape
-    # ids below 40 only: the one-hot length must come from the table (V = 50), not from the ids
-    _ids = torch.randint(0, 40, _shape, generator=_g)
+class _NoIndexing(torch.overrides.TorchFunctionMode):
+    """While your function runs, the ways of indexing a table raise (the exercise forbids them)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name in ("__getitem__", "embedding", "index_select", "gather", "take", "take_along_dim"):
+            raise AssertionError(f"exercise 1 asks for the lookup as a product with one-hot "
+                                 f"vectors, without indexing; your function called {name}")
+        return func(*args, **(kwargs or {}))
+
+
+def _check_one_hot(shape, vocab, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    table = nn.Embedding(vocab, d).to(dtype)
+    # ids below vocab - 10 only: the one-hot length must come from the table, not from the ids
+    ids = torch.randint(0, max(1, vocab - 10), shape, generator=g)
     try:
-        _out = one_hot_lookup(_ids, _table.weight)
-    except RuntimeError as _err:  # a matmul of mismatched shapes or dtypes
+        with _NoIndexing():
+            out = one_hot_lookup(ids, table.weight)
+    except NotImplementedError:
+        raise
+    except RuntimeError as err:  # a matmul of mismatched shapes or dtypes
         raise AssertionError(
-            f"one_hot_lookup(ids of shape {list(_shape)}, weight [50, 6]) raised: {_err}. "
-            "The one-hot vectors must be V = 50 long (the table's rows, not the largest id) "
-            "and of the table's dtype") from _err
-    assert isinstance(_out, torch.Tensor), f"expected a tensor, got {type(_out).__name__}"
-    assert _out.shape == (*_shape, 6), (
-        f"ids of shape {list(_shape)} with a table [50, 6] should give {[*_shape, 6]}, "
-        f"got {list(_out.shape)}")
-    _gap = (_out - _table(_ids)).abs().max().item()
-    assert _gap < 1e-6, (
-        f"ids of shape {list(_shape)}: your vectors differ from the table's rows by up to {_gap:.3g}; "
+            f"one_hot_lookup(ids of shape {list(shape)}, weight [{vocab}, {d}] {dtype}) raised: "
+            f"{err}. The one-hot vectors must be V = {vocab} long (the table's rows, not the "
+            "largest id) and of the table's dtype") from err
+    assert isinstance(out, torch.Tensor), f"expected a tensor, got {type(out).__name__}"
+    assert out.shape == (*shape, d), (
+        f"ids of shape {list(shape)} with a table [{vocab}, {d}] should give {[*shape, d]}, "
+        f"got {list(out.shape)}")
+    gap = (out - table(ids)).abs().max().item()
+    assert gap < 1e-6, (
+        f"ids of shape {list(shape)}: your vectors differ from the table's rows by up to {gap:.3g}; "
         "one_hot(ids) @ weight selects row `id` exactly (no scale, no transpose)")
+
+
+for _shape, _seed in [((3, 7), 11), ((4,), 12), ((2, 3, 5), 13)]:  # ids of any shape
+    _check_one_hot(_shape, 50, 6, torch.float32, _seed)
+### BEGIN HIDDEN TESTS
+_check_one_hot((), 12, 3, torch.float32, 14)  # one id, no axis at all
+_check_one_hot((1, 9), 30, 4, torch.float64, 15)  # a float64 table
+_check_one_hot((6, 2), 11, 1, torch.float32, 16)
+### END HIDDEN TESTS
 print("ex1-one-hot passed")
 
 # %% [markdown]
@@ -584,7 +611,7 @@ print("ex1-one-hot passed")
 # `perm[i]`, where `perm` is a permutation of `0 .. V-1`. Write `renumber(weight, perm)`
 # that returns the table `new_weight` (`[V, d]`) for the new numbering, so that every
 # token keeps its vector: `new_weight[perm[i]] == weight[i]` for all `i`. The check
-# renumbers a table at random and verifies that a sentence gets exactly the same vectors
+# renumbers tables at random and verifies that a sentence gets exactly the same vectors
 # under both numberings. (The moral: the numbers themselves carry nothing; only the rows do.)
 
 # %%
@@ -599,27 +626,40 @@ def renumber(weight: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
 
 # %%
 #| check ex2-renumber
-_w = torch.randn(13, 4, generator=torch.Generator().manual_seed(2))  # 13 tokens, vectors of size 4
-_w_before = _w.clone()
-_perm = torch.randperm(13, generator=torch.Generator().manual_seed(1))  # old id -> new id
-_new = renumber(_w, _perm)
-assert torch.equal(_w, _w_before), (
-    "renumber changed the table it was given; leave `weight` alone and return a new tensor")
-assert isinstance(_new, torch.Tensor) and _new.shape == (13, 4), (
-    f"expected a new table of shape [13, 4], got {list(_new.shape) if isinstance(_new, torch.Tensor) else type(_new).__name__}")
-assert not torch.equal(_new, _w), (
-    "new_weight is the old table unchanged: each vector must move with its token, "
-    "from row i to row perm[i]")
-assert not torch.equal(_new, _w[_perm]), (
-    "new_weight == weight[perm] puts old row perm[i] in row i: that is the inverse renumbering. "
-    "Token i must land in row perm[i]")
-for _old in range(13):
-    assert torch.equal(_new[_perm[_old]], _w[_old]), (
-        f"the token with old id {_old} has new id perm[{_old}] = {int(_perm[_old])}, so row "
-        f"{int(_perm[_old])} of new_weight should be old row {_old}; it is not")
-_sentence = torch.tensor([1, 4, 5, 6, 2])  # <bos> I love apples <eos>, old ids
-assert torch.equal(_new[_perm[_sentence]], _w[_sentence]), (  # same vectors, new labels
-    "<bos> I love apples <eos> should get the same vectors under both numberings")
+def _check_renumber(vocab, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(vocab, d, generator=g, dtype=dtype)
+    before = w.clone()
+    perm = torch.randperm(vocab, generator=g)  # old id -> new id
+    new = renumber(w, perm)
+    assert torch.equal(w, before), (
+        "renumber changed the table it was given; leave `weight` alone and return a new tensor")
+    assert isinstance(new, torch.Tensor) and new.shape == (vocab, d) and new.dtype == dtype, (
+        f"expected a new table [{vocab}, {d}] of dtype {dtype}, got "
+        f"{(list(new.shape), new.dtype) if isinstance(new, torch.Tensor) else type(new).__name__}")
+    if vocab > 1 and not torch.equal(perm, torch.arange(vocab)):
+        assert not torch.equal(new, w), (
+            "new_weight is the old table unchanged: each vector must move with its token, "
+            "from row i to row perm[i]")
+        if not torch.equal(perm[perm], torch.arange(vocab)):  # perm is not its own inverse
+            assert not torch.equal(new, w[perm]), (
+                "new_weight == weight[perm] puts old row perm[i] in row i: that is the inverse "
+                "renumbering. Token i must land in row perm[i]")
+    for old in range(vocab):
+        assert torch.equal(new[perm[old]], w[old]), (
+            f"the token with old id {old} has new id perm[{old}] = {int(perm[old])}, so row "
+            f"{int(perm[old])} of new_weight should be old row {old}; it is not")
+    sentence = torch.randint(0, vocab, (5,), generator=g)  # old ids
+    assert torch.equal(new[perm[sentence]], w[sentence]), (  # same vectors, new labels
+        "a sentence should get the same vectors under both numberings")
+
+
+_check_renumber(13, 4, torch.float32, seed=1)
+### BEGIN HIDDEN TESTS
+_check_renumber(40, 3, torch.float64, seed=21)
+_check_renumber(1, 5, torch.float32, seed=22)  # one token: nothing moves
+_check_renumber(7, 2, torch.float32, seed=23)
+### END HIDDEN TESTS
 print("ex2-renumber passed")
 
 # %% [markdown]
@@ -644,32 +684,37 @@ def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
 
 
 # %%
-#| check ex3-init
-_emb = nn.Embedding(2000, 256, padding_idx=0)  # starts from PyTorch's N(0, 1)
-_param = _emb.weight
-_ret = init_scaled_(_emb)
-assert _ret is _emb, f"init_scaled_ should return the module it was given, got {type(_ret).__name__}"
-assert _emb.weight is _param, (
-    "embedding.weight is a new Parameter: fill the existing one in place "
-    "(an optimizer built before the call would keep training the old one)")
-_std = _emb.weight[1:].std().item()
-assert abs(_std - 256 ** -0.5) < 0.002, (
-    f"d = 256: expected the rows to have standard deviation 1/sqrt(d) = {256 ** -0.5:.4f}, "
-    f"got {_std:.4f} (N(0, 1/d) means variance 1/d)")
-assert torch.all(_emb.weight[0] == 0), (
-    f"padding_idx = 0: row 0 should be all zeros, its largest entry is {_emb.weight[0].abs().max().item():.3f}")
-_norm = (_emb.weight[1:] * math.sqrt(256)).norm(dim=1).mean().item()
-assert abs(_norm - math.sqrt(256)) < 0.5, (
-    f"scaled by sqrt(d), a row should have norm about sqrt(d) = 16, got {_norm:.2f}")
-# without a padding row, every row is drawn
-_plain = init_scaled_(nn.Embedding(300, 64))
-_std = _plain.weight.std().item()
-_zero_rows = int((_plain.weight == 0).all(dim=1).sum())
-assert _zero_rows == 0, (
-    f"padding_idx is None here, yet {_zero_rows} of 300 rows are zero "
-    "(weight[None] is the whole table: test `padding_idx is not None` first)")
-assert abs(_std - 64 ** -0.5) < 0.005, (
-    f"d = 64: expected standard deviation {64 ** -0.5:.4f}, got {_std:.4f}")
+#| check ex3-init points=2
+def _check_init(vocab, d, padding_idx):
+    emb = nn.Embedding(vocab, d, padding_idx=padding_idx)  # starts from PyTorch's N(0, 1)
+    param = emb.weight
+    ret = init_scaled_(emb)
+    assert ret is emb, f"init_scaled_ should return the module it was given, got {type(ret).__name__}"
+    assert emb.weight is param, (
+        "embedding.weight is a new Parameter: fill the existing one in place "
+        "(an optimizer built before the call would keep training the old one)")
+    rows = [r for r in range(vocab) if r != emb.padding_idx]
+    std = emb.weight[rows].std().item()
+    assert abs(std - d ** -0.5) < 0.05 * d ** -0.5, (
+        f"d = {d}: expected the rows to have standard deviation 1/sqrt(d) = {d ** -0.5:.4f}, "
+        f"got {std:.4f} (N(0, 1/d) means variance 1/d)")
+    zero_rows = [r for r in range(vocab) if bool((emb.weight[r] == 0).all())]
+    expected = [] if padding_idx is None else [emb.padding_idx]
+    assert zero_rows == expected, (
+        f"padding_idx = {padding_idx}: expected the zero rows {expected}, got {zero_rows[:5]}"
+        + (" (weight[None] is the whole table: test `padding_idx is not None` first)"
+           if padding_idx is None else ""))
+    norm = (emb.weight[rows] * math.sqrt(d)).norm(dim=1).mean().item()
+    assert abs(norm - math.sqrt(d)) < 0.05 * math.sqrt(d), (
+        f"scaled by sqrt(d), a row should have norm about sqrt(d) = {math.sqrt(d):.1f}, got {norm:.2f}")
+
+
+_check_init(2000, 256, padding_idx=0)
+_check_init(300, 64, padding_idx=None)  # without a padding row, every row is drawn
+### BEGIN HIDDEN TESTS
+_check_init(500, 100, padding_idx=7)
+_check_init(400, 32, padding_idx=-1)  # the last row (nn.Embedding stores it as 399)
+### END HIDDEN TESTS
 print("ex3-init passed")
 
 # %% [markdown]
@@ -692,22 +737,90 @@ def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: 
 
 
 # %%
-#| check ex4-sparse-grad
-for _vocab, _batch, _pad in [
-    (13, torch.tensor([[1, 4, 5, 6, 2, 0, 0], [1, 9, 10, 6, 2, 0, 0]]), 0),  # [2, 7], <pad> = 0
-    (20, torch.tensor([[1, 7, 7, 2, 3], [1, 12, 2, 3, 3]]), 3),  # [2, 5], padding id 3
-]:
-    _got = rows_updated(_vocab, 8, _batch, padding_idx=_pad)
-    _expected = sorted(set(_batch.flatten().tolist()) - {_pad})  # the tokens present, but padding
-    assert isinstance(_got, list), (
-        f"expected a Python list of row indices, got {type(_got).__name__} (tensor.tolist() converts)")
-    assert _got == _expected, (
-        f"batch {_batch.tolist()} with padding_idx={_pad}: expected rows {_expected} (each token "
-        f"present once, sorted, padding excluded), got {_got}"
-        + (f"; row {_pad} is padding, which must get no gradient" if _pad in _got else "")
+#| check ex4-sparse-grad points=2
+def _check_rows(vocab, batch, pad):
+    got = rows_updated(vocab, 8, batch, padding_idx=pad)
+    expected = sorted(set(batch.flatten().tolist()) - {pad})  # the tokens present, but padding
+    assert isinstance(got, list), (
+        f"expected a Python list of row indices, got {type(got).__name__} (tensor.tolist() converts)")
+    assert got == expected, (
+        f"batch {batch.tolist()} with padding_idx={pad}: expected rows {expected} (each token "
+        f"present once, sorted, padding excluded), got {got}"
+        + (f"; row {pad} is padding, which must get no gradient" if pad in got else "")
         + ("; a row appears more than once: reduce each row's gradient to one number first"
-           if len(set(_got)) < len(_got) else ""))
+           if len(set(got)) < len(got) else ""))
+
+
+_check_rows(13, torch.tensor([[1, 4, 5, 6, 2, 0, 0], [1, 9, 10, 6, 2, 0, 0]]), 0)  # [2, 7], <pad> = 0
+_check_rows(20, torch.tensor([[1, 7, 7, 2, 3], [1, 12, 2, 3, 3]]), 3)  # [2, 5], padding id 3
+### BEGIN HIDDEN TESTS
+_check_rows(9, torch.tensor([[8, 2, 2, 5]]), 2)  # a batch of one sentence
+_check_rows(30, torch.tensor([[0, 29, 4], [4, 4, 29], [11, 0, 0]]), 4)
+### END HIDDEN TESTS
 print("ex4-sparse-grad passed")
+
+# %% [markdown]
+# ### Exercise 5 · Experiment: Xavier and the size of the vocabulary
+# Many implementations initialise every matrix with Xavier-uniform, embedding tables
+# included; section 5 found such a table far too quiet for 37 000 tokens. How does that
+# depend on the vocabulary? For $d_{\text{model}} = 64$ and each $V$ in
+# `(100, 1_000, 10_000, 100_000)`, fill a table `torch.empty(V, 64)` with
+# `nn.init.xavier_uniform_` and measure the mean norm of its rows after the
+# $\sqrt{d_{\text{model}}}$ scale. Store the results in `xavier_norms`, a `dict` from $V$
+# to that norm (Python floats), and the positional encoding's norm at this size,
+# $\sqrt{d_{\text{model}}/2}$, in `position_norm`. The check measures again on tables of
+# its own.
+
+# %%
+### BEGIN SOLUTION
+torch.manual_seed(0)
+position_norm = math.sqrt(64 / 2)
+xavier_norms = {}
+for _v in (100, 1_000, 10_000, 100_000):
+    _table = nn.init.xavier_uniform_(torch.empty(_v, 64))
+    xavier_norms[_v] = (_table * math.sqrt(64)).norm(dim=1).mean().item()
+### END SOLUTION
+print(f"position: {position_norm:.2f}; Xavier tokens: "
+      + ", ".join(f"V = {v:,}: {n:.2f}" for v, n in xavier_norms.items()))
+
+# %%
+#| check ex5-xavier points=2
+assert isinstance(globals().get("position_norm"), float) and abs(position_norm - 32 ** 0.5) < 1e-6, (
+    f"position_norm: the positional encoding has norm sqrt(d_model / 2) = {32 ** 0.5:.4f} at "
+    f"d_model = 64, got {globals().get('position_norm')!r}")
+_norms = globals().get("xavier_norms")
+assert isinstance(_norms, dict) and sorted(_norms) == [100, 1_000, 10_000, 100_000], (
+    "xavier_norms should map each V of (100, 1_000, 10_000, 100_000) to a norm, got "
+    f"{sorted(_norms) if isinstance(_norms, dict) else type(_norms).__name__}")
+_g = torch.Generator().manual_seed(5)
+for _v, _got in _norms.items():
+    _table = torch.empty(_v, 64).uniform_(-1, 1, generator=_g) * math.sqrt(6 / (_v + 64))  # Xavier
+    _want = (_table * 8.0).norm(dim=1).mean().item()
+    assert isinstance(_got, float) and abs(_got - _want) < 0.05 * _want, (
+        f"V = {_v}: a fresh Xavier table gives rows of norm {_want:.3f} after the sqrt(64) = 8 "
+        f"scale, you stored {_got!r}. Measure the norm of each row (dim=1), scaled, then average")
+### BEGIN HIDDEN TESTS
+_ratios = [_norms[v] / position_norm for v in sorted(_norms)]
+assert all(a > b for a, b in zip(_ratios, _ratios[1:], strict=False)), "larger V, quieter tokens"
+### END HIDDEN TESTS
+print("ex5-xavier passed")
+
+# %% [markdown]
+# From which vocabulary size on is a Xavier token quieter than its position (find it from
+# Xavier's formula, $a = \sqrt{6/(V + d)}$, and check it against your numbers)? Why does
+# $V$ enter the size of a row at all, when a lookup only ever reads one row? Answer in a
+# few sentences.
+
+# %% [markdown]
+# <!-- #| answer ex5-why points=1 -->
+# Xavier draws entries from $\mathcal U(\pm a)$, of variance $a^2/3 = 2/(V + d)$, so a
+# scaled row has norm about $\sqrt d \cdot \sqrt{2d/(V + d)}$. It equals the position's
+# $\sqrt{d/2}$ when $4d^2 = d(V + d)$, that is $V = 3d$: 192 tokens at $d = 64$ (1 536 at
+# $d = 512$); every real vocabulary is larger, so tokens start quieter than positions
+# (about 0.9 against 5.7 at $V = 10\,000$). $V$ enters because Xavier treats the table as a
+# layer with $V$ inputs and $d$ outputs and keeps the variance of a product with a
+# *dense* input of size $V$ in check; but a lookup multiplies by a one-hot vector, which
+# reads a single row, so the fan-in of $V$ only shrinks the row for nothing.
 
 # %% [markdown]
 # ## 9 · Summary

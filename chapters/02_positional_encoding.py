@@ -649,6 +649,8 @@ plt.show()
 # ## 8 · Exercises
 #
 # The exercises are independent of each other; each check tests only the function above it.
+# When your notebook is graded, each check also tries cases you do not see (other sizes,
+# offsets and data types): write what the text asks for, not what fits the messages.
 #
 # ### Exercise 1 · The rotation matrix
 # Write `rotation_matrix(k, d_model)` returning the `[d_model, d_model]` matrix $R(k)$ of
@@ -672,23 +674,37 @@ def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
 
 
 # %%
-#| check ex1-rotation
-_t = sinusoidal_encoding(300, 64).double()  # [300 positions, d_model = 64]
-for _k in [1, 3, 17, 100, -5]:
-    _R = rotation_matrix(_k, 64)
-    assert isinstance(_R, torch.Tensor) and _R.shape == (64, 64), (
-        f"R({_k}) for d_model = 64 should be [64, 64], got {list(_R.shape) if isinstance(_R, torch.Tensor) else type(_R).__name__}")
-    _src = _t[max(0, -_k):300 - max(0, _k)]  # PE(pos) for every pos with pos + k inside the table
-    _dst = _t[max(0, _k):300 + min(0, _k)]  # PE(pos + k)
-    _gap = (_src @ _R.T.to(_src.dtype) - _dst).abs().max().item()
-    assert _gap < 1e-5, (
-        f"k = {_k}: R(k) @ PE(pos) differs from PE(pos + k) by up to {_gap:.3g} (expected below 1e-5). "
-        "Check the frequencies w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1, and the signs: "
-        "each pair stores (sin, cos), in that order")
-    _off = (_R @ _R.T - torch.eye(64, dtype=_R.dtype)).abs().max().item()
-    assert _off < 1e-10, (
-        f"k = {_k}: R(k) R(k)^T should be the identity (a rotation keeps lengths), "
-        f"it is off by {_off:.3g} (build R in float64, as asked)")
+#| check ex1-rotation points=2
+from transformer.positional import sinusoidal_encoding as _encoding  # the exported function
+
+
+def _check_rotation(d_model, offsets, length=300):
+    table = _encoding(length, d_model).double()  # [length positions, d_model]
+    for k in offsets:
+        R = rotation_matrix(k, d_model)
+        assert isinstance(R, torch.Tensor) and R.shape == (d_model, d_model), (
+            f"R({k}) for d_model = {d_model} should be [{d_model}, {d_model}], got "
+            f"{list(R.shape) if isinstance(R, torch.Tensor) else type(R).__name__}")
+        assert R.dtype == torch.float64, f"R({k}) should be float64 (as asked), got {R.dtype}"
+        src = table[max(0, -k):length - max(0, k)]  # PE(pos) for every pos with pos + k inside the table
+        dst = table[max(0, k):length + min(0, k)]  # PE(pos + k)
+        gap = (src @ R.T - dst).abs().max().item()
+        assert gap < 1e-5, (
+            f"d_model = {d_model}, k = {k}: R(k) @ PE(pos) differs from PE(pos + k) by up to "
+            f"{gap:.3g} (expected below 1e-5). Check the frequencies w_i = 10000^(-2i/d_model), "
+            "i = 0 .. d_model/2 - 1, and the signs: each pair stores (sin, cos), in that order")
+        off = (R @ R.T - torch.eye(d_model, dtype=R.dtype)).abs().max().item()
+        assert off < 1e-10, (
+            f"d_model = {d_model}, k = {k}: R(k) R(k)^T should be the identity (a rotation keeps "
+            f"lengths), it is off by {off:.3g}")
+
+
+_check_rotation(64, [1, 3, 17, 100, -5])
+### BEGIN HIDDEN TESTS
+_check_rotation(6, [0, 2, -40, 250])
+_check_rotation(2, [1, -1, 7])  # one pair of dimensions
+_check_rotation(128, [33], length=80)
+### END HIDDEN TESTS
 print("ex1-rotation passed")
 
 # %% [markdown]
@@ -699,8 +715,7 @@ print("ex1-rotation passed")
 # `nn.Embedding(max_len, d_model)` in the attribute `table`, and in `forward(x)` add row
 # $pos$ of it to `x[:, pos]` for every position (no dropout). The check tests the sum, that
 # the table is a trained parameter saved in `state_dict()` (unlike our buffer), and that a
-# gradient reaches exactly the rows used. What does this module do with a sequence longer
-# than `max_len`?
+# gradient reaches exactly the rows used.
 
 # %%
 class LearnedPositionalEmbedding(nn.Module):
@@ -720,48 +735,74 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 # %%
-#| check ex2-learned
-_m = LearnedPositionalEmbedding(10, 6)  # max_len = 10, d_model = 6
-_table = getattr(_m, "table", None)
-assert isinstance(_table, nn.Embedding), (
-    f"self.table should be an nn.Embedding(max_len, d_model), got {type(_table).__name__}")
-assert _table.weight.shape == (10, 6), (
-    f"the table should be [max_len, d_model] = [10, 6], got {list(_table.weight.shape)}")
-_x = torch.randn(3, 4, 6)  # batch 3, seq 4, d_model 6
-try:
-    _y = _m(_x)
-except RuntimeError as _err:
-    raise AssertionError(
-        f"forward(x [batch 3, seq 4, d_model 6]) raised: {_err}. Positions run along the seq "
-        "axis: 0 .. x.size(1) - 1") from _err
-assert _y.shape == (3, 4, 6), f"x [3, 4, 6] should give [3, 4, 6], got {list(_y.shape)}"
-_added = (_y - _x).detach()  # what forward added, [3, 4, 6]
-_rows = [next((_r for _r in range(10) if torch.allclose(_added[0, _p], _table.weight[_r], atol=1e-6)), None)
-         for _p in range(4)]
-assert _rows == [0, 1, 2, 3], (
-    f"position p should get row p of the table, so positions 0..3 get rows [0, 1, 2, 3]; "
-    f"forward added rows {_rows} (None: no single row)")
-assert torch.allclose(_added, _table.weight[:4].detach().expand(3, 4, 6), atol=1e-6), (
-    "every sentence of the batch should get the same rows 0..3")
-assert "table.weight" in _m.state_dict(), (
-    f"the table should be saved with the weights; state_dict() has only {list(_m.state_dict())}")
-assert _table.weight.requires_grad, (
-    "the table is frozen (requires_grad=False): a learned positional embedding must be trained")
-_y.sum().backward()
-_grad = _table.weight.grad
-assert _grad is not None, "no gradient reached the table: a learned embedding must be trained"
-_used = _grad.abs().sum(dim=1).nonzero().flatten().tolist()
-assert _used == [0, 1, 2, 3], (
-    f"a sequence of 4 should train rows [0, 1, 2, 3] of the table, the gradient reached rows {_used}")
+#| check ex2-learned points=2
+def _check_learned(max_len, d_model, batch, seq):
+    m = LearnedPositionalEmbedding(max_len, d_model)
+    table = getattr(m, "table", None)
+    assert isinstance(table, nn.Embedding), (
+        f"self.table should be an nn.Embedding(max_len, d_model), got {type(table).__name__}")
+    assert table.weight.shape == (max_len, d_model), (
+        f"the table should be [max_len, d_model] = [{max_len}, {d_model}], got {list(table.weight.shape)}")
+    x = torch.randn(batch, seq, d_model)
+    try:
+        y = m(x)
+    except NotImplementedError:
+        raise
+    except RuntimeError as err:
+        raise AssertionError(
+            f"forward(x [batch {batch}, seq {seq}, d_model {d_model}]) raised: {err}. Positions "
+            "run along the seq axis: 0 .. x.size(1) - 1") from err
+    assert y.shape == (batch, seq, d_model), (
+        f"x {[batch, seq, d_model]} should give {[batch, seq, d_model]}, got {list(y.shape)}")
+    added = (y - x).detach()  # what forward added, [batch, seq, d_model]
+    rows = [next((r for r in range(max_len) if torch.allclose(added[0, p], table.weight[r], atol=1e-6)),
+                 None) for p in range(seq)]
+    assert rows == list(range(seq)), (
+        f"position p should get row p of the table, so positions 0..{seq - 1} get rows "
+        f"{list(range(seq))}; forward added rows {rows} (None: no single row)")
+    assert torch.allclose(added, table.weight[:seq].detach().expand(batch, seq, d_model), atol=1e-6), (
+        f"every sentence of the batch should get the same rows 0..{seq - 1}")
+    assert "table.weight" in m.state_dict(), (
+        f"the table should be saved with the weights; state_dict() has only {list(m.state_dict())}")
+    assert table.weight.requires_grad, (
+        "the table is frozen (requires_grad=False): a learned positional embedding must be trained")
+    y.sum().backward()
+    grad = table.weight.grad
+    assert grad is not None, "no gradient reached the table: a learned embedding must be trained"
+    used = grad.abs().sum(dim=1).nonzero().flatten().tolist()
+    assert used == list(range(seq)), (
+        f"a sequence of {seq} should train rows {list(range(seq))} of the table, the gradient "
+        f"reached rows {used}")
+
+
+_check_learned(10, 6, batch=3, seq=4)
+### BEGIN HIDDEN TESTS
+_check_learned(5, 3, batch=1, seq=5)  # a sequence as long as the table
+_check_learned(12, 8, batch=2, seq=1)
+### END HIDDEN TESTS
 print("ex2-learned passed")
+
+# %% [markdown]
+# What does your module do with a sequence longer than `max_len`, and what does the
+# sinusoidal encoding do there? Which of the two would you trust on sentences longer than
+# any seen in training, and why? Answer in a few sentences.
+
+# %% [markdown]
+# <!-- #| answer ex2-why points=1 -->
+# The learned table has no row for a position $\ge$ `max_len`: `self.table(positions)`
+# raises an index error, and even with a larger table the rows past the longest training
+# sentence never received a gradient, so they hold their random initial values. The
+# sinusoidal encoding is a formula, defined for every position, and its relative-offset
+# property (a fixed rotation per offset) holds beyond the training lengths, so it is the
+# one to try on longer sentences (whether the model generalises there is another matter,
+# but nothing in the encoding breaks).
 
 # %% [markdown]
 # ### Exercise 3 · Where am I?
 # Write `read_positions(x, table)`: each row of `x` (`[n, d]`) is some position's encoding
 # plus a little noise, and `table` (`[max_len, d]`) holds the encodings of positions
 # `0 .. max_len-1`. Return, for each row, the position whose encoding has the **largest dot
-# product** with it (`[n]`, integer). Why is the dot product a fair score here? (Hint: look
-# at the norms.) The check hides shuffled positions in noise.
+# product** with it (`[n]`, integer). The check hides shuffled positions in noise.
 
 # %%
 def read_positions(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
@@ -773,22 +814,45 @@ def read_positions(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 # %%
 #| check ex3-read-positions
-_g = torch.Generator().manual_seed(3)
-_table = sinusoidal_encoding(100, 128)
-_pos = torch.randperm(100, generator=_g)[:40]
-_x = _table[_pos] + 0.1 * torch.randn(40, 128, generator=_g)
-_found = read_positions(_x, _table)
-assert isinstance(_found, torch.Tensor) and _found.shape == (40,), (
-    f"x has 40 rows and the table 100 positions: expected one position per row of x, [40], "
-    f"got {list(_found.shape) if isinstance(_found, torch.Tensor) else type(_found).__name__}")
-assert not _found.is_floating_point(), (
-    f"positions are integer indices (an argmax), got dtype {_found.dtype}: did you return the best scores instead of their index?")
-_wrong = (_found != _pos).nonzero().flatten().tolist()
-assert not _wrong, (
-    f"{len(_wrong)} of 40 positions wrong; e.g. row {_wrong[0]} of x is position "
-    f"{int(_pos[_wrong[0]])}, you said {int(_found[_wrong[0]])}. The best match has the "
-    "largest dot product with x, among the table's rows")
+from transformer.positional import sinusoidal_encoding as _encoding  # the exported function
+
+
+def _check_read(max_len, d_model, n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    table = _encoding(max_len, d_model).to(dtype)
+    pos = torch.randperm(max_len, generator=g)[:n]
+    x = table[pos] + 0.1 * torch.randn(n, d_model, generator=g, dtype=dtype)
+    found = read_positions(x, table)
+    assert isinstance(found, torch.Tensor) and found.shape == (n,), (
+        f"x has {n} rows and the table {max_len} positions: expected one position per row of x, "
+        f"[{n}], got {list(found.shape) if isinstance(found, torch.Tensor) else type(found).__name__}")
+    assert not found.is_floating_point(), (
+        f"positions are integer indices (an argmax), got dtype {found.dtype}: did you return "
+        "the best scores instead of their index?")
+    wrong = (found != pos).nonzero().flatten().tolist()
+    assert not wrong, (
+        f"{len(wrong)} of {n} positions wrong; e.g. row {wrong[0]} of x is position "
+        f"{int(pos[wrong[0]])}, you said {int(found[wrong[0]])}. The best match has the "
+        "largest dot product with x, among the table's rows")
+
+
+_check_read(100, 128, 40, torch.float32, seed=3)
+### BEGIN HIDDEN TESTS
+_check_read(50, 64, 1, torch.float32, seed=31)  # a single row
+_check_read(300, 256, 60, torch.float64, seed=32)
+### END HIDDEN TESTS
 print("ex3-read-positions passed")
+
+# %% [markdown]
+# Why is the dot product a fair score here, when a dot product usually favours long
+# vectors? (Hint: look at the norms of the table's rows.) Answer in a sentence or two.
+
+# %% [markdown]
+# <!-- #| answer ex3-why points=1 -->
+# Every row of the sinusoidal table has the same norm, $\sqrt{d_{\text{model}}/2}$ (one
+# $\sin^2 + \cos^2 = 1$ per pair), so no position is favoured by its length: the dot
+# product ranks rows exactly as the cosine similarity does, and the largest one is the
+# row that points most nearly the same way as $x$.
 
 # %% [markdown]
 # ### Exercise 4 · The similarity profile in closed form
@@ -807,16 +871,28 @@ def offset_similarity(k: int, d_model: int) -> float:
 
 # %%
 #| check ex4-offset-similarity
-_t = sinusoidal_encoding(400, 256).double()  # real encodings, d_model = 256
-for _k in [0, 1, 2, 10, 77, 250]:
-    _got = offset_similarity(_k, 256)
-    assert isinstance(_got, float), f"expected a Python float, got {type(_got).__name__} (.item() converts)"
-    for _p in [0, 13, 149]:
-        _true = (_t[_p] @ _t[_p + _k]).item()
-        assert abs(_true - _got) < 1e-3, (
-            f"k = {_k}: real encodings give PE({_p}) . PE({_p + _k}) = {_true:.4f}, your closed form "
-            f"gives {_got:.4f}" + (" (at k = 0 it is |PE|^2 = d_model/2 = 128: one cos term per pair)"
-                                   if _k == 0 else ""))
+from transformer.positional import sinusoidal_encoding as _encoding  # the exported function
+
+
+def _check_similarity(d_model, offsets):
+    table = _encoding(500, d_model).double()  # real encodings
+    for k in offsets:
+        got = offset_similarity(k, d_model)
+        assert isinstance(got, float), f"expected a Python float, got {type(got).__name__} (.item() converts)"
+        for p in [200, 213, 349]:
+            true = (table[p] @ table[p + k]).item()
+            assert abs(true - got) < 1e-3, (
+                f"d_model = {d_model}, k = {k}: real encodings give PE({p}) . PE({p + k}) = "
+                f"{true:.4f}, your closed form gives {got:.4f}"
+                + (f" (at k = 0 it is |PE|^2 = d_model/2 = {d_model // 2}: one cos term per pair)"
+                   if k == 0 else ""))
+
+
+_check_similarity(256, [0, 1, 2, 10, 77, 50])
+### BEGIN HIDDEN TESTS
+_check_similarity(16, [0, 3, -9, 45])
+_check_similarity(2, [5, -1])
+### END HIDDEN TESTS
 print("ex4-offset-similarity passed")
 
 # %% [markdown]

@@ -787,16 +787,19 @@ plt.show()
 # ## 9 · Exercises
 #
 # Each exercise has a check cell below it. Make the check pass; do not edit the check. When
-# it fails, it says what it expected and what it got.
+# it fails, it says what it expected and what it got. A check tries a few cases in front of
+# you; when your notebook is graded it also tries cases you do not see (other shapes, sizes
+# and data types), so write the function the text asks for, not one that fits the messages.
 
 # %% [markdown]
 # ### Exercise 1 · Attention weights by hand, without overflow
 # Write `attention_weights(q, k)`: the weights $\operatorname{softmax}(qk^\top/\sqrt{d_k})$
-# for `q [..., Tq, d_k]` and `k [..., Tk, d_k]`, **without** calling `torch.softmax`
-# (or `F.softmax`, `F.scaled_dot_product_attention` or our function). Use `torch.exp`.
-# A naive `exp` overflows on large scores: subtract each row's maximum first (why does
-# that not change the result?). The check compares with our function, including on
-# scores in the thousands.
+# for `q [..., Tq, d_k]` and `k [..., Tk, d_k]` (any number of leading axes, none
+# included), **without** calling `torch.softmax` (or `F.softmax`, `log_softmax`,
+# `F.scaled_dot_product_attention` or our function): while the check runs your function,
+# those raise. Use `torch.exp`. A naive `exp` overflows on large scores: subtract each
+# row's maximum first. The check compares with the softmax, including on scores in the
+# thousands.
 
 # %%
 def attention_weights(q, k):
@@ -810,29 +813,67 @@ def attention_weights(q, k):
 
 
 # %%
-#| check ex1-weights
+#| check ex1-weights points=2
+class _NoSoftmax(torch.overrides.TorchFunctionMode):
+    """While your function runs, every softmax of torch raises (the exercise forbids them)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if "softmax" in name or name == "scaled_dot_product_attention":
+            raise AssertionError(f"exercise 1 asks for the softmax by hand (torch.exp, a sum, "
+                                 f"a division), but your function called {name}")
+        return func(*args, **(kwargs or {}))
+
+
+def _check_weights(q, k, what):
+    with _NoSoftmax():
+        w = attention_weights(q, k)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    assert isinstance(w, torch.Tensor) and w.shape == expected.shape, (
+        f"{what}: q {list(q.shape)} and k {list(k.shape)} should give weights "
+        f"{list(expected.shape)} (one row per query, one column per key), got "
+        f"{list(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+    bad = int((~torch.isfinite(w)).sum())
+    assert bad == 0, (
+        f"{what}: {bad} of {w.numel()} weights are NaN or inf. exp overflows past about 88 "
+        "in float32: subtract each row's own maximum before exp")
+    sums = w.sum(dim=-1)
+    assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5), (
+        f"{what}: each query's row of weights should sum to 1 over the keys (the last axis); "
+        f"row sums range from {sums.min().item():.3f} to {sums.max().item():.3f}. Normalise over dim=-1")
+    gap = (w - expected).abs().max().item()
+    assert gap < 1e-6, (
+        f"{what}: your weights differ from softmax(q k^T / sqrt(d_k)) by up to {gap:.3g}; "
+        f"d_k = {q.size(-1)} here, so the scores are divided by sqrt({q.size(-1)}) = "
+        f"{math.sqrt(q.size(-1)):.3f}")
+
+
 _g = torch.Generator().manual_seed(1)
 for _scale in (1.0, 1000.0):  # 1000: scores in the thousands
-    _q = _scale * torch.randn(2, 3, 4, 8, generator=_g)  # [batch 2, heads 3, Tq 4, d_k 8]
-    _k = torch.randn(2, 3, 6, 8, generator=_g)  # [batch 2, heads 3, Tk 6, d_k 8]
-    _w = attention_weights(_q, _k)
-    _, _expected = scaled_dot_product_attention(_q, _k, torch.zeros(2, 3, 6, 1))
-    assert isinstance(_w, torch.Tensor) and _w.shape == (2, 3, 4, 6), (
-        f"q [2, 3, 4, 8] and k [2, 3, 6, 8] should give weights [2, 3, 4, 6] (one row per query, "
-        f"one column per key), got {list(_w.shape) if isinstance(_w, torch.Tensor) else type(_w).__name__}")
-    _bad = int((~torch.isfinite(_w)).sum())
-    assert _bad == 0, (
-        f"scores about {_scale:g} times larger than usual: {_bad} of {_w.numel()} weights are NaN or inf. "
-        "exp overflows past about 88 in float32: subtract each row's own maximum before exp")
-    _sums = _w.sum(dim=-1)  # [2, 3, 4]: one sum per query row
-    assert torch.allclose(_sums, torch.ones_like(_sums), atol=1e-5), (
-        f"each query's row of weights should sum to 1 over the keys (the last axis); row sums "
-        f"range from {_sums.min().item():.3f} to {_sums.max().item():.3f}. Normalise over dim=-1")
-    _gap = (_w - _expected).abs().max().item()
-    assert _gap < 1e-6, (
-        f"scores scaled by {_scale:g}: your weights differ from softmax(q k^T / sqrt(d_k)) by up to "
-        f"{_gap:.3g}; d_k = 8 here, so the scores are divided by sqrt(8) = {math.sqrt(8):.3f}")
+    _check_weights(_scale * torch.randn(2, 3, 4, 8, generator=_g), torch.randn(2, 3, 6, 8, generator=_g),
+                   f"q [batch 2, heads 3, Tq 4, d_k 8] times {_scale:g}")
+### BEGIN HIDDEN TESTS
+_check_weights(torch.randn(5, 3, generator=_g), torch.randn(7, 3, generator=_g), "two axes, q [5, 3]")
+_check_weights(300.0 * torch.randn(2, 1, 6, generator=_g), torch.randn(2, 9, 6, generator=_g),
+               "three axes, one query, scores in the hundreds")
+_check_weights(2000.0 * torch.randn(1, 2, 3, 4, 5, dtype=torch.float64, generator=_g),
+               torch.randn(1, 2, 3, 1, 5, dtype=torch.float64, generator=_g), "five axes, float64, one key")
+### END HIDDEN TESTS
 print("ex1 passed")
+
+# %% [markdown]
+# Why does subtracting a row's maximum not change its weights? And why is the maximum
+# the right number to subtract (what could go wrong with a smaller one, or a larger one)?
+# Answer in two or three sentences in the cell below.
+
+# %% [markdown]
+# <!-- #| answer ex1-why points=1 -->
+# The softmax does not change when the same constant $c$ is subtracted from every score
+# of a row: $e^{s_j - c} / \sum_k e^{s_k - c} = e^{-c}e^{s_j} / (e^{-c}\sum_k e^{s_k})$,
+# and $e^{-c}$ cancels. With $c$ the row's maximum, the largest exponent is 0: no term
+# overflows, and one term is exactly 1, so the sum is at least 1 and never underflows to
+# 0 (a smaller $c$ can still overflow; a much larger one can make every term underflow
+# to 0 and the row 0/0).
 
 # %% [markdown]
 # ### Exercise 2 · From a soft lookup to a hard one
@@ -854,27 +895,40 @@ def soft_lookup(query, keys, values, sharpness):
 
 # %%
 #| check ex2-lookup
-_g = torch.Generator().manual_seed(2)
-_keys = torch.randn(6, 4, generator=_g)
-_values = torch.randn(6, 3, generator=_g)
-_query = _keys[4] + 0.1 * torch.randn(4, generator=_g)  # closest to key 4
-_got = soft_lookup(_query, _keys, _values, 0.0)
-assert isinstance(_got, torch.Tensor) and _got.shape == (3,), (
-    f"6 keys of size 4 and values [6, 3]: expected one value-sized vector [3], got "
-    f"{list(_got.shape) if isinstance(_got, torch.Tensor) else type(_got).__name__}")
-assert torch.allclose(_got, _values.mean(dim=0), atol=1e-6), (
-    f"sharpness 0: every key gets weight 1/6, so expected the mean of the values "
-    f"{[round(v, 3) for v in _values.mean(dim=0).tolist()]}, got {[round(v, 3) for v in _got.tolist()]}")
-_got = soft_lookup(_query, _keys, _values, 200.0)
-assert torch.allclose(_got, _values[4], atol=1e-4), (
-    f"sharpness 200: the query is closest to key 4, so expected values[4] = "
-    f"{[round(v, 3) for v in _values[4].tolist()]}, got {[round(v, 3) for v in _got.tolist()]}")
-_w = torch.softmax(1.5 * (_keys @ _query), dim=-1)  # [6]
-_got = soft_lookup(_query, _keys, _values, 1.5)
-assert torch.allclose(_got, _w @ _values, atol=1e-6), (
-    f"sharpness 1.5: expected softmax(1.5 * keys @ query) @ values = "
-    f"{[round(v, 3) for v in (_w @ _values).tolist()]}, got {[round(v, 3) for v in _got.tolist()]} "
-    "(the scores are sharpness * K q, with no other factor)")
+def _check_lookup(n, d, d_v, seed):
+    g = torch.Generator().manual_seed(seed)
+    keys, values = torch.randn(n, d, generator=g), torch.randn(n, d_v, generator=g)
+    # a query near one of the keys
+    query = keys[int(torch.randint(0, n, (1,), generator=g))] + 0.1 * torch.randn(d, generator=g)
+    got = soft_lookup(query, keys, values, 0.0)
+    assert isinstance(got, torch.Tensor) and got.shape == (d_v,), (
+        f"{n} keys of size {d} and values [{n}, {d_v}]: expected one value-sized vector "
+        f"[{d_v}], got {list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    mean = values.mean(dim=0)
+    assert torch.allclose(got, mean, atol=1e-6), (
+        f"sharpness 0: every key gets weight 1/{n}, so expected the mean of the values "
+        f"{[round(v, 3) for v in mean.tolist()]}, got {[round(v, 3) for v in got.tolist()]}")
+    scores = keys @ query  # [n]
+    best = int(scores.argmax())
+    if n == 1 or scores.topk(2).values.diff().abs().item() > 0.1:  # a clear winner
+        got = soft_lookup(query, keys, values, 200.0)
+        assert torch.allclose(got, values[best], atol=1e-4), (
+            f"sharpness 200: the query matches key {best} best, so expected values[{best}] = "
+            f"{[round(v, 3) for v in values[best].tolist()]}, got {[round(v, 3) for v in got.tolist()]}")
+    want = torch.softmax(1.5 * scores, dim=-1) @ values
+    got = soft_lookup(query, keys, values, 1.5)
+    assert torch.allclose(got, want, atol=1e-6), (
+        f"sharpness 1.5: expected softmax(1.5 * keys @ query) @ values = "
+        f"{[round(v, 3) for v in want.tolist()]}, got {[round(v, 3) for v in got.tolist()]} "
+        "(the scores are sharpness * K q, with no other factor)")
+
+
+_check_lookup(6, 4, 3, seed=2)
+### BEGIN HIDDEN TESTS
+_check_lookup(9, 7, 2, seed=12)
+_check_lookup(1, 5, 4, seed=13)  # one key: its value, whatever the sharpness
+_check_lookup(4, 16, 1, seed=14)
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -882,8 +936,9 @@ print("ex2 passed")
 # Write `self_attention(x, w_q, w_k, w_v)`: single-head self-attention from plain weight
 # matrices (no `nn.Linear`, no bias), `x [B, T, d_model]`, each `w [d_model, d_k]`,
 # returning the output `[B, T, d_k]`. You may call `scaled_dot_product_attention`. The
-# check copies your matrices into a `SingleHeadSelfAttention` without bias and compares.
-# (Careful: `nn.Linear` stores its weight as `[out, in]`.)
+# check copies your matrices into a `SingleHeadSelfAttention` without bias (the class as
+# the package exports it) and compares. (Careful: `nn.Linear` stores its weight as
+# `[out, in]`.)
 
 # %%
 def self_attention(x, w_q, w_k, w_v):
@@ -895,25 +950,38 @@ def self_attention(x, w_q, w_k, w_v):
 
 
 # %%
-#| check ex3-raw
-_g = torch.Generator().manual_seed(3)
-_x = torch.randn(2, 5, 6, generator=_g)
-_wq, _wk, _wv = (torch.randn(6, 4, generator=_g) for _ in range(3))
-_head = SingleHeadSelfAttention(6, d_k=4, bias=False)
-with torch.no_grad():
-    for _lin, _w in ((_head.q_proj, _wq), (_head.k_proj, _wk), (_head.v_proj, _wv)):
-        _lin.weight.copy_(_w.T)
-    _expected, _ = _head(_x)
-_got = self_attention(_x, _wq, _wk, _wv)
-assert isinstance(_got, torch.Tensor), (
-    f"expected the output tensor alone, got {type(_got).__name__} "
-    "(scaled_dot_product_attention returns a pair: (output, weights))")
-assert _got.shape == (2, 5, 4), (
-    f"x [2, 5, 6] and weights [6, 4] should give an output [batch 2, T 5, d_k 4], got {list(_got.shape)}")
-_gap = (_got - _expected).abs().max().item()
-assert _gap < 1e-5, (
-    f"your output differs from SingleHeadSelfAttention's by up to {_gap:.3g}: queries x @ w_q, keys "
-    "x @ w_k, values x @ w_v, and the 1/sqrt(d_k) applied once")
+#| check ex3-raw points=2
+from transformer.attention import SingleHeadSelfAttention as _Head  # the exported class
+
+
+def _check_raw(batch, t, d_model, d_k, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, t, d_model, generator=g, dtype=dtype)
+    wq, wk, wv = (torch.randn(d_model, d_k, generator=g, dtype=dtype) for _ in range(3))
+    head = _Head(d_model, d_k=d_k, bias=False).to(dtype)
+    with torch.no_grad():
+        for linear, w in ((head.q_proj, wq), (head.k_proj, wk), (head.v_proj, wv)):
+            linear.weight.copy_(w.T)
+        expected, _ = head(x)
+    got = self_attention(x, wq, wk, wv)
+    assert isinstance(got, torch.Tensor), (
+        f"expected the output tensor alone, got {type(got).__name__} "
+        "(scaled_dot_product_attention returns a pair: (output, weights))")
+    assert got.shape == (batch, t, d_k), (
+        f"x [{batch}, {t}, {d_model}] and weights [{d_model}, {d_k}] should give an output "
+        f"[batch {batch}, T {t}, d_k {d_k}], got {list(got.shape)}")
+    gap = (got - expected).abs().max().item()
+    assert gap < 1e-5, (
+        f"x [{batch}, {t}, {d_model}], d_k {d_k}, {dtype}: your output differs from "
+        f"SingleHeadSelfAttention's by up to {gap:.3g}: queries x @ w_q, keys x @ w_k, "
+        "values x @ w_v, and the 1/sqrt(d_k) applied once")
+
+
+_check_raw(2, 5, 6, 4, torch.float32, seed=3)
+### BEGIN HIDDEN TESTS
+_check_raw(1, 1, 5, 3, torch.float32, seed=30)  # one sentence of one token
+_check_raw(3, 7, 4, 9, torch.float64, seed=31)  # d_k larger than d_model, float64
+### END HIDDEN TESTS
 print("ex3 passed")
 
 # %% [markdown]
@@ -921,8 +989,8 @@ print("ex3 passed")
 # The **entropy** of an attention row, $H_i = -\sum_j A_{ij}\log A_{ij}$, measures how
 # spread out it is: $\log T$ for a uniform row over $T$ keys, 0 for a one-hot row. Write
 # `attention_entropy(weights)` for weights `[..., Tq, Tk]`, returning `[..., Tq]`, with
-# $0\log 0 = 0$ (so no NaN on one-hot rows). The check also uses it to confirm section 6:
-# unscaled scores of a $d_k = 256$ head have far lower entropy than scaled ones.
+# $0\log 0 = 0$ (so no NaN where a weight is 0). The check also uses it to confirm
+# section 6: unscaled scores of a $d_k = 256$ head have far lower entropy than scaled ones.
 
 # %%
 def attention_entropy(weights):
@@ -933,30 +1001,39 @@ def attention_entropy(weights):
 
 
 # %%
-#| check ex4-entropy
-_uniform = torch.full((2, 3, 8), 1 / 8)  # [batch 2, Tq 3, Tk 8]: every row uniform over 8 keys
-_h = attention_entropy(_uniform)
-assert isinstance(_h, torch.Tensor) and _h.shape == (2, 3), (
-    f"weights [2, 3, 8] should give one entropy per query row, [2, 3], got "
-    f"{list(_h.shape) if isinstance(_h, torch.Tensor) else type(_h).__name__}")
-assert torch.allclose(_h, torch.full((2, 3), math.log(8)), atol=1e-6), (
-    f"a uniform row over 8 keys has entropy log 8 = {math.log(8):.4f} (natural log), got "
-    f"{_h.flatten()[0].item():.4f}")
-_onehot = torch.eye(8)[:5].expand(2, 5, 8)  # [batch 2, Tq 5, Tk 8]: every row one-hot
-_h = attention_entropy(_onehot)
-assert _h.shape == (2, 5), f"weights [2, 5, 8] should give [2, 5], got {list(_h.shape)}"
-assert not torch.isnan(_h).any(), (
-    "one-hot rows give NaN: 0 * log 0 is 0 * -inf = NaN in floating point; "
-    "count those terms as 0 (clamp the weights before the log)")
-assert _h.abs().max() < 1e-6, f"a one-hot row has entropy 0, got up to {_h.abs().max().item():.3g}"
+#| check ex4-entropy points=2
+def _check_entropy(weights, what):
+    want = torch.special.entr(weights).sum(-1)  # -w log w, with 0 log 0 = 0
+    got = attention_entropy(weights)
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
+        f"{what}: weights {list(weights.shape)} should give one entropy per query row, "
+        f"{list(want.shape)}, got {list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    assert not torch.isnan(got).any(), (
+        f"{what}: NaN where a weight is 0: 0 * log 0 is 0 * -inf = NaN in floating point; "
+        "count those terms as 0 (clamp the weights before the log)")
+    gap = (got - want).abs().max().item()
+    assert gap < 1e-5, (
+        f"{what}: expected entropies {[round(v, 4) for v in want.flatten()[:4].tolist()]}..., "
+        f"got {[round(v, 4) for v in got.flatten()[:4].tolist()]}... (natural log; a uniform row "
+        f"over 8 keys has log 8 = {math.log(8):.4f})")
+
+
+_check_entropy(torch.full((2, 3, 8), 1 / 8), "uniform rows over 8 keys")
+_check_entropy(torch.eye(8)[:5].expand(2, 5, 8), "one-hot rows")
 _g = torch.Generator().manual_seed(4)
 _q, _k = torch.randn(1, 12, 256, generator=_g), torch.randn(1, 10, 256, generator=_g)  # 12 queries, 10 keys
-_, _raw = scaled_dot_product_attention(_q, _k, _k, scale=1.0)
-_, _scaled = scaled_dot_product_attention(_q, _k, _k)
-_h_raw, _h_scaled = attention_entropy(_raw).mean().item(), attention_entropy(_scaled).mean().item()
+_scores = _q @ _k.transpose(-2, -1)
+_h_raw = attention_entropy(torch.softmax(_scores, dim=-1)).mean().item()
+_h_scaled = attention_entropy(torch.softmax(_scores / 16, dim=-1)).mean().item()
 assert _h_raw < 0.5 * _h_scaled, (
     f"d_k = 256: unscaled scores should give far more peaked rows, but the mean entropy is "
     f"{_h_raw:.3f} raw against {_h_scaled:.3f} scaled")
+### BEGIN HIDDEN TESTS
+_check_entropy(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.7, 0.0, 0.3, 0.0]]), "rows with some zeros")
+_check_entropy(torch.softmax(torch.randn(3, 2, 4, 6, generator=_g, dtype=torch.float64), -1),
+               "random float64 rows")
+_check_entropy(torch.tensor([[1.0]]), "one key")
+### END HIDDEN TESTS
 print("ex4 passed")
 
 # %% [markdown]

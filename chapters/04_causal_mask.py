@@ -640,13 +640,16 @@ for name, call in bad_calls.items():
 # ## Exercises
 #
 # Each exercise has a check cell below it. Make the check pass; do not edit the check.
+# When your notebook is graded, each check also tries cases you do not see (other sizes,
+# lengths and data types): write what the text asks for, not what fits the messages.
 
 # %% [markdown]
 # ### Exercise 1 · The causal mask by comparison
 # Write `causal_by_hand(size)` returning a bool tensor `[size, size]` with True where key
 # $j$ may be attended by query $i$ ($j \le i$), **without** `torch.tril`, `torch.triu`
-# or our `causal_mask`: compare two `torch.arange` vectors with broadcasting. The check
-# compares with `causal_mask` for sizes 1 to 7.
+# or our `causal_mask` (they raise while the check runs your function): compare two
+# `torch.arange` vectors with broadcasting. The check compares with `causal_mask` for
+# sizes 1 to 7.
 
 # %%
 def causal_by_hand(size):
@@ -660,18 +663,62 @@ def causal_by_hand(size):
 
 # %%
 #| check ex1-causal
-for _n in range(1, 8):
-    _m = causal_by_hand(_n)
-    assert isinstance(_m, torch.Tensor), f"expected a tensor, got {type(_m).__name__}"
-    assert _m.dtype == torch.bool, (
-        f"size {_n}: expected a bool tensor (True = may attend), got dtype {_m.dtype}")
-    assert _m.shape == (_n, _n), f"size {_n}: expected shape ({_n}, {_n}), got {tuple(_m.shape)}"
-    _want = causal_mask(_n)[0, 0]
-    if not torch.equal(_m, _want):
-        _i, _j = (_m != _want).nonzero()[0].tolist()
+import contextlib
+
+import transformer.masks as _masks
+
+_causal = _masks.causal_mask  # the exported function, as the check's reference
+
+
+class _NoTriangles(torch.overrides.TorchFunctionMode):
+    """While your function runs, torch's triangle functions raise (the exercise forbids them)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name.startswith(("tril", "triu")):
+            raise AssertionError(f"exercise 1 asks for the mask by comparing two arange vectors; "
+                                 f"your function called {name}")
+        return func(*args, **(kwargs or {}))
+
+
+def _refuse_causal_mask(*args, **kwargs):
+    raise AssertionError("exercise 1 asks for the mask by comparing two arange vectors; your "
+                         "function called causal_mask")
+
+
+@contextlib.contextmanager
+def _forbidden():
+    """torch.tril & co. raise, and so does causal_mask, the notebook's and the package's."""
+    saved = globals().get("causal_mask"), _masks.causal_mask
+    globals()["causal_mask"] = _masks.causal_mask = _refuse_causal_mask
+    try:
+        with _NoTriangles():
+            yield
+    finally:
+        globals()["causal_mask"], _masks.causal_mask = saved
+
+
+def _check_causal(n):
+    with _forbidden():
+        m = causal_by_hand(n)
+    assert isinstance(m, torch.Tensor), f"expected a tensor, got {type(m).__name__}"
+    assert m.dtype == torch.bool, (
+        f"size {n}: expected a bool tensor (True = may attend), got dtype {m.dtype}")
+    assert m.shape == (n, n), f"size {n}: expected shape ({n}, {n}), got {tuple(m.shape)}"
+    want = _causal(n)[0, 0]
+    if not torch.equal(m, want):
+        i, j = (m != want).nonzero()[0].tolist()
         raise AssertionError(
-            f"size {_n}: query {_i} {'may' if _want[_i, _j] else 'may not'} attend to key {_j} "
-            f"(True exactly where j <= i, diagonal included), but your mask says {bool(_m[_i, _j])}")
+            f"size {n}: query {i} {'may' if want[i, j] else 'may not'} attend to key {j} "
+            f"(True exactly where j <= i, diagonal included), but your mask says {bool(m[i, j])}")
+
+
+for _n in range(1, 8):
+    _check_causal(_n)
+### BEGIN HIDDEN TESTS
+for _n in (9, 16, 33):
+    _check_causal(_n)
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
@@ -692,34 +739,45 @@ def mask_from_lengths(lengths, max_len):
 
 
 # %%
-#| check ex2-lengths
-_g = torch.Generator().manual_seed(2)
-_lengths = torch.tensor([5, 1, 3, 0])  # B = 4 sentences
+#| check ex2-lengths points=2
+from transformer.masks import padding_mask as _padding  # the exported function
+
+
+def _check_lengths(lengths, max_len, seed):
+    g = torch.Generator().manual_seed(seed)
+    batch = len(lengths)
+    ids = torch.randint(1, 8, (batch, max_len), generator=g)
+    ids[torch.arange(max_len)[None, :] >= lengths[:, None]] = 0  # pad after each length
+    m = mask_from_lengths(lengths, max_len)
+    assert isinstance(m, torch.Tensor), f"expected a tensor, got {type(m).__name__}"
+    assert m.shape == (batch, 1, 1, max_len), (
+        f"lengths {lengths.tolist()}, max_len={max_len}: expected shape [B, 1, 1, max_len] = "
+        f"[{batch}, 1, 1, {max_len}], got {list(m.shape)}")
+    assert m.dtype == torch.bool, f"expected a bool mask (True = may attend), got dtype {m.dtype}"
+    want = _padding(ids, 0)
+    for b, n in enumerate(lengths.tolist()):
+        assert torch.equal(m[b], want[b]), (
+            f"max_len={max_len}, sentence {b} of length {n}: expected True at exactly the "
+            f"first {n} positions, {want[b, 0, 0].int().tolist()}, "
+            f"got {m[b, 0, 0].int().tolist()}")
+
+
 for _max_len in (5, 7):
-    _ids = torch.randint(1, 8, (4, _max_len), generator=_g)
-    _ids[torch.arange(_max_len)[None, :] >= _lengths[:, None]] = 0  # pad after each length
-    _m = mask_from_lengths(_lengths, _max_len)
-    assert isinstance(_m, torch.Tensor), f"expected a tensor, got {type(_m).__name__}"
-    assert _m.shape == (4, 1, 1, _max_len), (
-        f"max_len={_max_len}: expected shape [B, 1, 1, max_len] = [4, 1, 1, {_max_len}], "
-        f"got {list(_m.shape)}")
-    assert _m.dtype == torch.bool, f"expected a bool mask (True = may attend), got dtype {_m.dtype}"
-    _want = padding_mask(_ids, 0)
-    for _b, _n in enumerate(_lengths.tolist()):
-        assert torch.equal(_m[_b], _want[_b]), (
-            f"max_len={_max_len}, sentence {_b} of length {_n}: expected True at exactly the "
-            f"first {_n} positions, {_want[_b, 0, 0].int().tolist()}, "
-            f"got {_m[_b, 0, 0].int().tolist()}")
+    _check_lengths(torch.tensor([5, 1, 3, 0]), _max_len, seed=2)  # B = 4 sentences
+### BEGIN HIDDEN TESTS
+_check_lengths(torch.tensor([3]), 3, seed=21)  # a batch of one, no padding at all
+_check_lengths(torch.tensor([2, 9, 4], dtype=torch.int32), 12, seed=22)
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
 # ### Exercise 3 · A finite additive mask
 # Some libraries want an additive float mask. Write `additive_mask(mask, dtype)`: from a
-# bool mask (True = may attend) to a float tensor of `dtype`, 0 where True and the most
-# negative **finite** number of `dtype` where False (no `inf` anywhere). The check looks
-# at the values in float32, float64 and float16, then adds the mask to scores and compares
-# the softmax with `scaled_dot_product_attention`'s weights (float32 and float64), on rows
-# that see at least one key.
+# bool mask (True = may attend, any shape) to a float tensor of `dtype`, 0 where True and
+# the most negative **finite** number of `dtype` where False (no `inf` anywhere). The
+# check looks at the values in float32, float64 and float16, then adds the mask to scores
+# and compares the softmax with `scaled_dot_product_attention`'s weights (float32 and
+# float64), on rows that see at least one key.
 
 # %%
 def additive_mask(mask, dtype):
@@ -730,37 +788,49 @@ def additive_mask(mask, dtype):
 
 
 # %%
-#| check ex3-additive
-_g = torch.Generator().manual_seed(3)
-for _dtype in (torch.float32, torch.float64, torch.float16):
-    _m = torch.rand(2, 1, 4, 5, generator=_g) < 0.5  # [B, 1, Tq, Tk], True = may attend
+#| check ex3-additive points=2
+def _check_additive(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    m = torch.rand(shape, generator=g) < 0.5  # True = may attend
     try:
-        _a = additive_mask(_m, _dtype)
-    except RuntimeError as _err:
+        a = additive_mask(m, dtype)
+    except NotImplementedError:
+        raise
+    except RuntimeError as err:
         raise AssertionError(
-            f"additive_mask(mask, {_dtype}) raised {_err!r}: is the tensor you fill created "
-            f"with dtype={_dtype}, and does the value you write fit in it?") from None
-    assert isinstance(_a, torch.Tensor), f"expected a tensor, got {type(_a).__name__}"
-    assert _a.dtype == _dtype, f"asked for dtype {_dtype}, got {_a.dtype}"
-    assert _a.shape == _m.shape, f"expected the mask's shape {list(_m.shape)}, got {list(_a.shape)}"
-    assert torch.isfinite(_a).all(), (
-        f"{_dtype}: the additive mask must be finite, but it holds {_a[~torch.isfinite(_a)][0].item()}")
-    _lowest = torch.finfo(_dtype).min
-    assert _a[_m].eq(0).all(), (
-        f"{_dtype}: expected 0 where the mask is True (may attend), got {_a[_m & (_a != 0)][0].item()}")
-    assert _a[~_m].eq(_lowest).all(), (
-        f"{_dtype}: expected torch.finfo({_dtype}).min = {_lowest:.4g} where the mask is False, "
-        f"got {_a[~_m & (_a != _lowest)][0].item():.4g}")
-    if _dtype == torch.float16:
-        continue
-    _q = torch.randn(2, 3, 4, 8, generator=_g, dtype=_dtype)  # [B, heads, Tq, d_k]
-    _k = torch.randn(2, 3, 5, 8, generator=_g, dtype=_dtype)  # [B, heads, Tk, d_k]
-    _w = torch.softmax(_q @ _k.transpose(-2, -1) / 8**0.5 + _a, dim=-1)  # [2, 3, 4, 5]
-    _, _expected = scaled_dot_product_attention(_q, _k, _k, _m)
-    _seen = _m.expand(2, 3, 4, 5).any(-1)  # rows that see at least one key
-    assert _seen.any() and torch.allclose(_w[_seen], _expected[_seen]), (
-        f"{_dtype}: softmax(scores + your mask) differs from the masked attention weights by "
-        f"{(_w[_seen] - _expected[_seen]).abs().max().item():.3g}")
+            f"additive_mask(mask, {dtype}) raised {err!r}: is the tensor you fill created "
+            f"with dtype={dtype}, and does the value you write fit in it?") from None
+    assert isinstance(a, torch.Tensor), f"expected a tensor, got {type(a).__name__}"
+    assert a.dtype == dtype, f"asked for dtype {dtype}, got {a.dtype}"
+    assert a.shape == m.shape, f"expected the mask's shape {list(m.shape)}, got {list(a.shape)}"
+    assert torch.isfinite(a).all(), (
+        f"{dtype}: the additive mask must be finite, but it holds {a[~torch.isfinite(a)][0].item()}")
+    lowest = torch.finfo(dtype).min
+    assert a[m].eq(0).all(), (
+        f"{dtype}: expected 0 where the mask is True (may attend), got {a[m & (a != 0)][0].item()}")
+    assert a[~m].eq(lowest).all(), (
+        f"{dtype}: expected torch.finfo({dtype}).min = {lowest:.4g} where the mask is False, "
+        f"got {a[~m & (a != lowest)][0].item():.4g}")
+    if dtype not in (torch.float32, torch.float64) or len(shape) != 4:
+        return
+    b, _, tq, tk = shape
+    q = torch.randn(b, 3, tq, 8, generator=g, dtype=dtype)  # [B, heads, Tq, d_k]
+    k = torch.randn(b, 3, tk, 8, generator=g, dtype=dtype)  # [B, heads, Tk, d_k]
+    w = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5 + a, dim=-1)  # [B, 3, Tq, Tk]
+    _, expected = scaled_dot_product_attention(q, k, k, m)
+    seen = m.expand(b, 3, tq, tk).any(-1)  # rows that see at least one key
+    assert seen.any() and torch.allclose(w[seen], expected[seen]), (
+        f"{dtype}: softmax(scores + your mask) differs from the masked attention weights by "
+        f"{(w[seen] - expected[seen]).abs().max().item():.3g}")
+
+
+for _dtype in (torch.float32, torch.float64, torch.float16):
+    _check_additive((2, 1, 4, 5), _dtype, seed=3)  # [B, 1, Tq, Tk]
+### BEGIN HIDDEN TESTS
+_check_additive((7,), torch.bfloat16, seed=31)  # one axis, bfloat16
+_check_additive((1, 1, 3, 3), torch.float64, seed=32)
+_check_additive((2, 2, 1, 6), torch.float16, seed=33)
+### END HIDDEN TESTS
 print("ex3 passed")
 
 # %% [markdown]
@@ -788,41 +858,131 @@ def future_leak(attend, x):
 
 
 # %%
-#| check ex4-leak
-torch.manual_seed(4)
-_head = SingleHeadSelfAttention(8)
-_x = torch.randn(2, 6, 8)  # [B=2, T=6, d=8]
+#| check ex4-leak points=3
+from transformer.attention import SingleHeadSelfAttention as _Head  # the exported class
+from transformer.masks import causal_mask as _causal
 
 
-def _causal_head(x):
-    return _head(x, causal_mask(x.size(1)))[0]
+def _check_leak(batch, t, d, reader, seed, sources=None):
+    """`reader(s)`: which earlier position a planted leak from position s writes into;
+    `sources`: the positions s to plant a leak from (default: every one, 1 .. T-1)."""
+    torch.manual_seed(seed)
+    head = _Head(d)
+    x = torch.randn(batch, t, d)
+
+    def causal_head(x):
+        return head(x, _causal(x.size(1)))[0]
+
+    def leaky_head(s):
+        def attend(x):
+            out = causal_head(x).clone()
+            out[:, reader(s)] += x[:, s]  # an earlier position also reads position s
+            return out
+        return attend
+
+    with torch.no_grad():
+        before = x.clone()
+        got = float(future_leak(causal_head, x))
+        assert torch.equal(x, before), (
+            "future_leak changed the x it was given: scramble a copy (x.clone()), not the caller's tensor")
+        assert got == 0.0, (
+            f"a causal head leaks nothing, but your detector reports {got:.4g}: compare only the "
+            "positions before t, output[:, :t], with the output on the unchanged x")
+        free = float(future_leak(lambda x: head(x)[0], x))
+        assert free > 1e-3, f"an unmasked head reads the future, but your detector reports {free:.4g}"
+        for s in sources or range(1, t):
+            leak = float(future_leak(leaky_head(s), x))
+            assert leak > 1e-3, (
+                f"T = {t}: a leak from position {s} into position {reader(s)} went unnoticed (your "
+                f"detector reports {leak:.4g}); only some t reveal it: try every t from 1 to "
+                f"T-1 = {t - 1}")
 
 
-def _leaky_head(s):
-    """A causal head with one planted leak: position s - 1 also reads position s."""
-    def attend(x):
-        out = _causal_head(x).clone()
-        out[:, s - 1] += x[:, s]
-        return out
-    return attend
-
-
-with torch.no_grad():
-    _x_before = _x.clone()
-    _got = float(future_leak(_causal_head, _x))
-    assert torch.equal(_x, _x_before), (
-        "future_leak changed the x it was given: scramble a copy (x.clone()), not the caller's tensor")
-    assert _got == 0.0, (
-        f"a causal head leaks nothing, but your detector reports {_got:.4g}: compare only the "
-        "positions before t, output[:, :t], with the output on the unchanged x")
-    _free = float(future_leak(lambda x: _head(x)[0], _x))
-    assert _free > 1e-3, f"an unmasked head reads the future, but your detector reports {_free:.4g}"
-    for _s in range(1, 6):
-        _leak = float(future_leak(_leaky_head(_s), _x))
-        assert _leak > 1e-3, (
-            f"a leak from position {_s} into position {_s - 1} went unnoticed (your detector "
-            f"reports {_leak:.4g}); only t = {_s} reveals it: try every t from 1 to T-1 = 5")
+_check_leak(2, 6, 8, reader=lambda s: s - 1, seed=4)  # position s - 1 also reads position s
+### BEGIN HIDDEN TESTS
+_check_leak(1, 2, 4, reader=lambda s: 0, seed=41)  # the shortest sequence that can leak
+_check_leak(3, 9, 6, reader=lambda s: 0, seed=42, sources=[1, 5, 8])  # position 0 reads s
+### END HIDDEN TESTS
 print("ex4 passed")
+
+# %% [markdown]
+# ### Exercise 5 · Find the bug: a row that sees nothing
+# The function below applies a mask the way many first attempts do: it turns it into an
+# additive mask of 0 and $-\infty$ and adds it to the scores before the softmax. A query
+# that may attend to no key at all (a padded query under a padding mask, say) then gets a
+# row of NaN, and the NaN spreads. Write `masked_softmax(scores, mask)`, a corrected
+# version: the same weights on every row that sees at least one key, **zeros** on a row
+# that sees none, and a gradient that is finite everywhere (`backward()` through it must
+# not produce NaN). `mask` (bool, True = may attend) broadcasts against
+# `scores [..., Tq, Tk]`. The check compares with the weights of our
+# `scaled_dot_product_attention` and runs `backward()` through yours.
+
+# %%
+def masked_softmax_with_a_bug(scores, mask):
+    """softmax over the last axis after adding 0 where mask is True, -inf where False."""
+    additive = torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(~mask, float("-inf"))
+    return (scores + additive).softmax(dim=-1)  # a row of -inf only: exp gives 0/0 = NaN
+
+
+# %%
+def masked_softmax(scores, mask):
+    """scores [..., Tq, Tk], bool mask (broadcasts) -> weights, rows of zeros where nothing is seen."""
+    ### BEGIN SOLUTION
+    lowest = torch.finfo(scores.dtype).min
+    weights = scores.masked_fill(~mask, lowest).softmax(dim=-1)
+    return weights * mask  # an empty row: uniform weights times False = 0
+    ### END SOLUTION
+
+
+# %%
+#| check ex5-empty-rows points=3
+def _check_masked_softmax(shape, mask, dtype, seed, what):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(shape, generator=g, dtype=dtype, requires_grad=True)
+    got = masked_softmax(scores, mask)
+    q = scores.detach()  # with q = scores and k = identity keys, the weights are softmax(scores)
+    _, want = scaled_dot_product_attention(
+        q, torch.eye(shape[-1], dtype=dtype).expand(*shape[:-2], shape[-1], shape[-1]),
+        torch.zeros(*shape[:-2], shape[-1], 1, dtype=dtype), mask, scale=1.0)
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
+        f"{what}: expected weights of the scores' shape {list(want.shape)}, got "
+        f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    nan = int(torch.isnan(got).sum())
+    assert nan == 0, f"{what}: {nan} weights are NaN: a row that sees no key must be all zeros"
+    gap = (got - want).abs().max().item()
+    assert gap < 1e-6, (
+        f"{what}: your weights differ from the masked attention weights by up to {gap:.3g} "
+        "(rows that see some key: the softmax over those keys; a row that sees none: zeros)")
+    upstream = torch.randn(got.shape, generator=g, dtype=dtype)
+    (got * upstream).sum().backward()
+    bad = int((~torch.isfinite(scores.grad)).sum())
+    assert bad == 0, (
+        f"{what}: backward() gives {bad} NaN or inf gradient entries: replacing NaN after the "
+        "softmax hides it from the forward pass only; keep every number finite on the way in")
+
+
+_pad = torch.tensor([[True, True, False], [False, False, False]])[:, None, None, :]  # [2, 1, 1, 3]
+_check_masked_softmax((2, 1, 4, 3), _pad, torch.float32, seed=5, what="sentence 1 all padding")
+### BEGIN HIDDEN TESTS
+_check_masked_softmax((3, 5), torch.tensor([[True, False, True, False, False]]).expand(3, 5),
+                      torch.float64, seed=51, what="float64, no empty row")
+_check_masked_softmax((1, 2, 4, 4), torch.ones(4, 4, dtype=torch.bool).tril() & torch.tensor(
+    [False, True, True, True]), torch.float32, seed=52, what="causal with key 0 hidden: row 0 empty")
+### END HIDDEN TESTS
+print("ex5 passed")
+
+# %% [markdown]
+# Why is `torch.nan_to_num(masked_softmax_with_a_bug(scores, mask))` not a fix, although
+# its weights are right? Answer in two or three sentences.
+
+# %% [markdown]
+# <!-- #| answer ex5-why points=1 -->
+# It removes the NaN from the weights only. In the backward pass the gradient goes back
+# through the softmax of a row of $-\infty$, whose derivative multiplies by those NaN
+# weights, and then through the addition, which passes it on unchanged: the scores get a
+# NaN gradient, the optimiser writes NaN into the projections, and the whole model is NaN
+# after one step. Keeping every number finite on the way in (the most negative finite
+# score, then multiplying the weights by the mask) gives zeros and a finite gradient.
 
 # %% [markdown]
 # ## Summary

@@ -894,6 +894,9 @@ assert offsets == [-1, 1]  # one head looks left, the other right
 # %% [markdown]
 # ## 8 · Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other head
+# counts, sizes and batches): write what the text asks for, not what fits the messages.
+#
 # ### Exercise 1 · Split heads by hand
 # Write `split_heads_manual(x, num_heads)` that turns `x` of shape `[B, T, d_model]` into
 # `[B, num_heads, T, d_model // num_heads]` with `view` and `transpose`, like
@@ -912,27 +915,42 @@ def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 # %%
 #| check ex1-split
-_x = torch.randn(2, 5, 12)  # [B, T, d_model]
-for _h in (3, 4):
-    _dk = 12 // _h
-    _s = split_heads_manual(_x, _h)
-    assert isinstance(_s, torch.Tensor), f"expected a tensor, got {type(_s).__name__}"
-    assert _s.shape == (2, _h, 5, _dk), (
-        f"{_h} heads: expected [B, num_heads, T, d_k] = [2, {_h}, 5, {_dk}], got {list(_s.shape)}")
-    for _i in range(_h):
-        assert torch.equal(_s[:, _i], _x[..., _i * _dk:(_i + 1) * _dk]), (
-            f"{_h} heads: head {_i} should hold features {_i * _dk}..{(_i + 1) * _dk - 1} of every "
-            f"position, x[..., {_i * _dk}:{(_i + 1) * _dk}], and it does not. Did you reshape "
+from transformer.multihead import MultiHeadAttention as _MHA  # the exported class
+
+
+def _check_split(shape, heads, seed):
+    b, t, d = shape
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    dk = d // heads
+    s = split_heads_manual(x, heads)
+    assert isinstance(s, torch.Tensor), f"expected a tensor, got {type(s).__name__}"
+    assert s.shape == (b, heads, t, dk), (
+        f"x {list(shape)}, {heads} heads: expected [B, num_heads, T, d_k] = [{b}, {heads}, {t}, {dk}], "
+        f"got {list(s.shape)}")
+    for i in range(heads):
+        assert torch.equal(s[:, i], x[..., i * dk:(i + 1) * dk]), (
+            f"x {list(shape)}, {heads} heads: head {i} should hold features {i * dk}..{(i + 1) * dk - 1} "
+            f"of every position, x[..., {i * dk}:{(i + 1) * dk}], and it does not. Did you reshape "
             "straight to [B, heads, T, d_k] (no transpose), or cut the features with a stride?")
-    assert torch.equal(_s, MultiHeadAttention(12, _h).split_heads(_x)), (
-        f"{_h} heads: your result differs from MultiHeadAttention.split_heads")
+    assert torch.equal(s, _MHA(d, heads).split_heads(x)), (
+        f"{heads} heads: your result differs from MultiHeadAttention.split_heads")
+
+
+for _h in (3, 4):
+    _check_split((2, 5, 12), _h, seed=1)
+### BEGIN HIDDEN TESTS
+_check_split((1, 1, 8), 2, seed=11)  # one sentence of one token
+_check_split((3, 4, 12), 6, seed=12)
+_check_split((2, 3, 5), 1, seed=13)  # one head: the features unchanged
+### END HIDDEN TESTS
+print("ex1 passed")
 
 # %% [markdown]
 # ### Exercise 2 · Average the heads like PyTorch
 # `torch.nn.MultiheadAttention` returns, by default, the attention weights **averaged over
 # the heads**: shape `[B, Tq, Tk]`. Write `averaged_weights(mha, query, key, value, mask)`
 # that runs our module and returns that average. The check compares with PyTorch's own
-# output (weights copied with `to_torch` from section 5, mask inverted) on a causal
+# output (weights copied as `to_torch` of section 5 does, mask inverted) on a causal
 # self-attention.
 
 # %%
@@ -945,25 +963,47 @@ def averaged_weights(mha: MultiHeadAttention, query, key, value, mask=None) -> t
 
 # %%
 #| check ex2-average
-_m = MultiHeadAttention(16, 4).eval()
-_x = torch.randn(2, 6, 16)  # [B, T, d_model]
-_mask = causal_mask(6)  # [1, 1, 6, 6], True = may attend
-_avg = averaged_weights(_m, _x, _x, _x, _mask)
-_, _ref = to_torch(_m)(_x, _x, _x, attn_mask=~_mask[0, 0])  # PyTorch: True = blocked; averages
-assert isinstance(_avg, torch.Tensor), f"expected a tensor, got {type(_avg).__name__}"
-assert _avg.shape == (2, 6, 6), (
-    f"expected [B, Tq, Tk] = [2, 6, 6], got {list(_avg.shape)}: average the weights "
-    "[B, heads, Tq, Tk] over the heads axis, dim 1")
-_future = _avg.masked_select(~_mask[0]).abs().max().item()
-assert _future == 0, (
-    f"under the causal mask, weight on future keys must be 0, got up to {_future:.3f}: "
-    "did you pass the mask on, as it is (True = may attend)?")
-_sums = _avg.sum(-1)
-assert torch.allclose(_sums, torch.ones(2, 6), atol=1e-5), (
-    f"an average of attention rows sums to 1, yours sum to {_sums.min().item():.3f} to "
-    f"{_sums.max().item():.3f}: a sum over the heads instead of a mean?")
-_gap = (_avg - _ref).abs().max().item()
-assert _gap < 1e-6, f"differs from nn.MultiheadAttention's averaged weights by up to {_gap:.3g}"
+from transformer.masks import causal_mask as _causal
+from transformer.multihead import MultiHeadAttention as _MHA  # the exported class
+
+
+def _check_average(batch, tq, tk, d, heads, causal, seed, self_attention=False):
+    torch.manual_seed(seed)
+    m = _MHA(d, heads).eval()
+    theirs = nn.MultiheadAttention(d, heads, batch_first=True).eval()  # PyTorch's, same weights
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([m.q_proj.weight, m.k_proj.weight, m.v_proj.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([m.q_proj.bias, m.k_proj.bias, m.v_proj.bias]))
+        theirs.out_proj.load_state_dict(m.out_proj.state_dict())
+    q = torch.randn(batch, tq, d)
+    kv = q if self_attention else torch.randn(batch, tk, d)
+    mask = _causal(tq) if causal else None  # [1, 1, T, T], True = may attend
+    with torch.no_grad():
+        avg = averaged_weights(m, q, kv, kv, mask)
+        _, ref = theirs(q, kv, kv, attn_mask=None if mask is None else ~mask[0, 0])  # True = blocked
+    assert isinstance(avg, torch.Tensor), f"expected a tensor, got {type(avg).__name__}"
+    assert avg.shape == (batch, tq, tk), (
+        f"expected [B, Tq, Tk] = [{batch}, {tq}, {tk}], got {list(avg.shape)}: average the weights "
+        "[B, heads, Tq, Tk] over the heads axis, dim 1")
+    if mask is not None:
+        future = avg.masked_select(~mask[0]).abs().max().item()
+        assert future == 0, (
+            f"under the causal mask, weight on future keys must be 0, got up to {future:.3f}: "
+            "did you pass the mask on, as it is (True = may attend)?")
+    sums = avg.sum(-1)
+    assert torch.allclose(sums, torch.ones(batch, tq), atol=1e-5), (
+        f"an average of attention rows sums to 1, yours sum to {sums.min().item():.3f} to "
+        f"{sums.max().item():.3f}: a sum over the heads instead of a mean?")
+    gap = (avg - ref).abs().max().item()
+    assert gap < 1e-6, f"differs from nn.MultiheadAttention's averaged weights by up to {gap:.3g}"
+
+
+_check_average(2, 6, 6, 16, 4, causal=True, seed=2, self_attention=True)
+### BEGIN HIDDEN TESTS
+_check_average(1, 3, 7, 8, 2, causal=False, seed=21)  # cross-attention, no mask, batch 1
+_check_average(2, 5, 5, 12, 1, causal=True, seed=22)  # a single head
+### END HIDDEN TESTS
+print("ex2 passed")
 
 # %% [markdown]
 # ### Exercise 3 · Switch one head off
@@ -990,31 +1030,121 @@ def ablate_head(mha: MultiHeadAttention, x: torch.Tensor, head: int) -> torch.Te
 
 
 # %%
-#| check ex3-ablate
-_m = MultiHeadAttention(24, 4).eval()  # d_head = 6
-_x = torch.randn(2, 5, 24)  # [B, T, d_model]
-_weights = {_k: _v.clone() for _k, _v in _m.state_dict().items()}
-with torch.no_grad():
-    _full = _m(_x, _x, _x)[0]
-for _head in (0, 1, 3):
-    _cut = MultiHeadAttention(24, 4).eval()
-    _cut.load_state_dict(_weights)
+#| check ex3-ablate points=3
+from transformer.multihead import MultiHeadAttention as _MHA  # the exported class
+
+
+def _check_ablate(batch, t, d, heads, which, seed):
+    torch.manual_seed(seed)
+    m = _MHA(d, heads).eval()
+    dk = d // heads
+    x = torch.randn(batch, t, d)
+    weights = {k: v.clone() for k, v in m.state_dict().items()}
     with torch.no_grad():
-        _cut.out_proj.weight[:, _head * 6:(_head + 1) * 6] = 0  # the columns that read this head
-        _want = _cut(_x, _x, _x)[0]
-        _got = ablate_head(_m, _x, _head)
-    _changed = [_k for _k, _v in _m.state_dict().items() if not torch.equal(_v, _weights[_k])]
-    assert not _changed, (
-        f"ablate_head changed the module's own weights ({', '.join(_changed)}): switch the head "
-        "off in the computation, not in mha")
-    assert isinstance(_got, torch.Tensor) and _got.shape == (2, 5, 24), (
-        f"head {_head}: expected [B, T, d_model] = [2, 5, 24], got {getattr(_got, 'shape', _got)}")
-    assert not torch.allclose(_got, _full, atol=1e-3), (
-        f"head {_head}: your output equals the full module's output: nothing was switched off")
-    _gap = (_got - _want).abs().max().item()
-    assert _gap < 1e-5, (
-        f"head {_head}: expected the output with that head's output [B, T, d_k] zeroed before "
-        f"the heads are merged and mixed by out_proj; yours differs by up to {_gap:.3g}")
+        full = m(x, x, x)[0]
+    for head in which:
+        cut = _MHA(d, heads).eval()
+        cut.load_state_dict(weights)
+        with torch.no_grad():
+            cut.out_proj.weight[:, head * dk:(head + 1) * dk] = 0  # the columns that read this head
+            want = cut(x, x, x)[0]
+            got = ablate_head(m, x, head)
+        changed = [k for k, v in m.state_dict().items() if not torch.equal(v, weights[k])]
+        assert not changed, (
+            f"ablate_head changed the module's own weights ({', '.join(changed)}): switch the head "
+            "off in the computation, not in mha")
+        assert isinstance(got, torch.Tensor) and got.shape == (batch, t, d), (
+            f"head {head}: expected [B, T, d_model] = [{batch}, {t}, {d}], got {getattr(got, 'shape', got)}")
+        assert not torch.allclose(got, full, atol=1e-3), (
+            f"head {head}: your output equals the full module's output: nothing was switched off")
+        gap = (got - want).abs().max().item()
+        assert gap < 1e-5, (
+            f"{heads} heads, head {head}: expected the output with that head's output [B, T, d_k] "
+            f"zeroed before the heads are merged and mixed by out_proj; yours differs by up to {gap:.3g}")
+
+
+_check_ablate(2, 5, 24, 4, which=(0, 1, 3), seed=3)  # d_head = 6
+### BEGIN HIDDEN TESTS
+_check_ablate(1, 4, 8, 2, which=(1,), seed=31)  # two heads, one sentence
+_check_ablate(3, 1, 30, 5, which=(4, 2), seed=32)  # one position
+### END HIDDEN TESTS
+print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Find the bug: merging the heads
+# The function below merges heads `[B, h, T, d_k]` back into `[B, T, h·d_k]` with a single
+# `reshape`. It raises no error and returns the right shape, yet a model built on it
+# trains badly. Write `merge_heads_manual(x)` that merges correctly: the inverse of
+# `split_heads`, so that position $t$ of the result holds the features of position $t$
+# from every head, head 0 first. The input may be any tensor of that shape, also one that
+# is not contiguous in memory. The check compares with `MultiHeadAttention.merge_heads`
+# and undoes `split_heads` on random inputs.
+
+# %%
+def merge_heads_with_a_bug(x: torch.Tensor) -> torch.Tensor:
+    """[B, h, T, d_k] -> [B, T, h * d_k], by one reshape."""
+    b, h, t, dk = x.shape
+    return x.reshape(b, t, h * dk)
+
+
+# %%
+def merge_heads_manual(x: torch.Tensor) -> torch.Tensor:
+    """[B, h, T, d_k] -> [B, T, h * d_k]: the inverse of split_heads."""
+    ### BEGIN SOLUTION
+    b, h, t, dk = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dk)
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-merge points=2
+from transformer.multihead import MultiHeadAttention as _MHA  # the exported class
+
+
+def _check_merge(b, heads, t, dk, seed, contiguous=False):
+    g = torch.Generator().manual_seed(seed)
+    m = _MHA(heads * dk, heads)
+    x = torch.randn(b, t, heads * dk, generator=g)
+    split = m.split_heads(x)  # [B, h, T, d_k], a view of x
+    if contiguous:  # laid out as [B, h, T, d_k] in memory, as attention's output is
+        split = split.contiguous()
+    try:
+        got = merge_heads_manual(split)
+    except NotImplementedError:
+        raise
+    except RuntimeError as err:
+        raise AssertionError(f"merge_heads_manual raised {err}: after a transpose the tensor is "
+                             "not contiguous, so use reshape (or .contiguous() before view)") from None
+    assert isinstance(got, torch.Tensor) and got.shape == (b, t, heads * dk), (
+        f"[{b}, {heads}, {t}, {dk}] should merge into [{b}, {t}, {heads * dk}], got "
+        f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    assert torch.equal(got, x), (
+        f"{heads} heads of {dk} features, {t} positions: merging split_heads(x) should give x "
+        "back exactly; yours mixes the features of different positions (a reshape of "
+        "[B, h, T, d_k] reads the values in memory order: all of head 0 first)")
+    assert torch.equal(got, m.merge_heads(split)), "differs from MultiHeadAttention.merge_heads"
+
+
+_check_merge(2, 4, 5, 3, seed=4)
+### BEGIN HIDDEN TESTS
+_check_merge(1, 2, 7, 4, seed=41, contiguous=True)
+_check_merge(3, 1, 6, 5, seed=42)  # one head
+_check_merge(2, 3, 1, 2, seed=43)  # one position
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# Why does the function with the bug raise no error, and for which numbers of heads or
+# positions does it even give the right answer? Answer in two or three sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# `reshape` only needs the number of elements to match; it reads the values in memory
+# order, and the memory of `[B, h, T, d_k]` holds all positions of head 0 first, so the
+# first row of the result gets the first $h$ positions of head 0 instead of position 0 of
+# every head: the right shape with the wrong contents. The two orders coincide, and the
+# bug is invisible, when there is one head ($h = 1$) or one position ($T = 1$), which is
+# exactly what a quick test with a single token or a single head would try.
 
 # %% [markdown]
 # ## 9 · Summary

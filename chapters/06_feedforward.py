@@ -372,11 +372,16 @@ plt.show()
 # %% [markdown]
 # ## 8 · Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other sizes,
+# inputs and data types): write what the text asks for, not what fits the messages.
+#
 # ### Exercise 1 · The formula by hand
 # Write `ffn_by_hand(x, w1, b1, w2, b2)` computing $\max(0, xW_1 + b_1)W_2 + b_2$ with
-# matrix products. The weights are given **as `nn.Linear` stores them**: `w1` has shape
-# `[d_ff, d_model]` (output features first), so you will need a transpose. The check
-# compares with `FeedForward` (dropout 0) on a random batch.
+# matrix products (`F.linear` and `nn.Linear` raise while the check runs your function).
+# The weights are given **as `nn.Linear` stores them**: `w1` has shape
+# `[d_ff, d_model]` (output features first), so you will need a transpose. `x` may have
+# any number of leading axes. The check compares with `FeedForward` (dropout 0) on a
+# random batch.
 
 # %%
 def ffn_by_hand(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
@@ -389,21 +394,46 @@ def ffn_by_hand(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.T
 
 # %%
 #| check ex1-by-hand
-_f = FeedForward(6, 10, dropout=0.0)  # d_model = 6, d_ff = 10
-_x = torch.randn(3, 4, 6)  # [B, T, d_model]
-_w1, _b1, _w2, _b2 = _f.linear1.weight, _f.linear1.bias, _f.linear2.weight, _f.linear2.bias
-with torch.no_grad():
-    _got = ffn_by_hand(_x, _w1, _b1, _w2, _b2)
-    _want = _f(_x)
-    _no_relu = (_x @ _w1.T + _b1) @ _w2.T + _b2
-assert isinstance(_got, torch.Tensor), f"expected a tensor, got {type(_got).__name__}"
-assert _got.shape == (3, 4, 6), f"expected [B, T, d_model] = [3, 4, 6], got {list(_got.shape)}"
-assert not torch.allclose(_got, _no_relu, atol=1e-6), (
-    "your result is (x W1 + b1) W2 + b2 with no max(0, .) between the two layers")
-_gap = (_got - _want).abs().max().item()
-assert _gap < 1e-6, (
-    f"differs from FeedForward by up to {_gap:.3g}: expected max(0, x @ w1.T + b1) @ w2.T + b2, "
-    "with b1 added before the max and nothing applied after the second layer")
+from transformer.feedforward import FeedForward as _FFN  # the exported class
+
+
+class _NoLinear(torch.overrides.TorchFunctionMode):
+    """While your function runs, F.linear (which nn.Linear calls) raises."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("linear", "addmm", "bilinear"):
+            raise AssertionError(f"exercise 1 asks for the formula with matrix products; your "
+                                 f"function called {func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+def _check_by_hand(shape, d_model, d_ff, dtype, seed):
+    torch.manual_seed(seed)
+    f = _FFN(d_model, d_ff, dropout=0.0).to(dtype)
+    x = torch.randn(*shape, d_model, dtype=dtype)
+    w1, b1, w2, b2 = f.linear1.weight, f.linear1.bias, f.linear2.weight, f.linear2.bias
+    with torch.no_grad():
+        with _NoLinear():
+            got = ffn_by_hand(x, w1, b1, w2, b2)
+        want = f(x)
+        no_relu = (x @ w1.T + b1) @ w2.T + b2
+    assert isinstance(got, torch.Tensor), f"expected a tensor, got {type(got).__name__}"
+    assert got.shape == want.shape, (
+        f"x {[*shape, d_model]}: expected {list(want.shape)}, got {list(got.shape)}")
+    assert not torch.allclose(got, no_relu, atol=1e-6), (
+        "your result is (x W1 + b1) W2 + b2 with no max(0, .) between the two layers")
+    gap = (got - want).abs().max().item()
+    assert gap < 1e-5, (
+        f"x {[*shape, d_model]}, d_ff {d_ff}, {dtype}: differs from FeedForward by up to {gap:.3g}: "
+        "expected max(0, x @ w1.T + b1) @ w2.T + b2, with b1 added before the max and nothing "
+        "applied after the second layer")
+
+
+_check_by_hand((3, 4), 6, 10, torch.float32, seed=1)  # [B, T, d_model]
+### BEGIN HIDDEN TESTS
+_check_by_hand((5,), 4, 7, torch.float64, seed=11)  # [N, d_model], float64
+_check_by_hand((2, 1, 3), 3, 2, torch.float32, seed=12)  # four axes
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
@@ -431,24 +461,33 @@ def sorting_ffn() -> FeedForward:
 
 
 # %%
-#| check ex2-sort
-_f = sorting_ffn()
-assert isinstance(_f, FeedForward), f"expected a FeedForward, got {type(_f).__name__}"
-assert (_f.d_model, _f.d_ff) == (2, 4), (
-    f"expected FeedForward(2, d_ff=4), got d_model={_f.d_model}, d_ff={_f.d_ff}")
-_x = torch.randn(5, 7, 2)  # [B, T, 2]: pairs (a, b) of both signs
-_want = torch.stack([_x.max(-1).values, _x.min(-1).values], dim=-1)  # (max, min)
-with torch.no_grad():
-    _got = _f.eval()(_x)
-_err = (_got - _want).abs().amax(-1)  # [B, T]
-if _err.max() > 1e-5:
-    _b, _t = divmod(_err.argmax().item(), _x.size(1))
-    _a_in, _b_in = _x[_b, _t].tolist()
-    raise AssertionError(
-        f"input (a, b) = ({_a_in:.3f}, {_b_in:.3f}): expected (max, min) = "
-        f"({max(_a_in, _b_in):.3f}, {min(_a_in, _b_in):.3f}), got "
-        f"({_got[_b, _t, 0].item():.3f}, {_got[_b, _t, 1].item():.3f}); "
-        f"{(_err > 1e-5).sum().item()} of {_err.numel()} positions are wrong")
+#| check ex2-sort points=2
+def _check_sort(x, what):
+    f = sorting_ffn()
+    assert isinstance(f, nn.Module) and type(f).__name__ == "FeedForward", (
+        f"expected a FeedForward, got {type(f).__name__}")
+    assert (f.d_model, f.d_ff, f.activation_name) == (2, 4, "relu"), (
+        f"expected FeedForward(2, d_ff=4) with ReLU, got d_model={f.d_model}, d_ff={f.d_ff}, "
+        f"activation {f.activation_name!r}")
+    want = torch.stack([x.max(-1).values, x.min(-1).values], dim=-1)  # (max, min)
+    with torch.no_grad():
+        got = f.eval()(x)
+    err = (got - want).abs().amax(-1) / (1 + want.abs().amax(-1))  # relative to the size
+    if err.max() > 1e-5:
+        at = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))
+        a, b = x[at].tolist()
+        raise AssertionError(
+            f"{what}, input (a, b) = ({a:.4g}, {b:.4g}): expected (max, min) = "
+            f"({max(a, b):.4g}, {min(a, b):.4g}), got ({got[at][0].item():.4g}, "
+            f"{got[at][1].item():.4g}); {(err > 1e-5).sum().item()} of {err.numel()} positions are wrong")
+
+
+_check_sort(torch.randn(5, 7, 2, generator=torch.Generator().manual_seed(2)), "pairs of both signs")
+### BEGIN HIDDEN TESTS
+_check_sort(torch.tensor([[3.0, 3.0], [-2.0, -2.0], [0.0, 0.0]]), "equal numbers")
+_check_sort(1000 * torch.randn(4, 2, generator=torch.Generator().manual_seed(21)), "large numbers")
+_check_sort(torch.tensor([[[[5.0, -7.0]]]]), "four axes")
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -477,26 +516,102 @@ def as_convolutions(ffn: FeedForward) -> nn.Sequential:
 
 
 # %%
-#| check ex3-conv
-torch.manual_seed(6)
-for _act in ("relu", "gelu"):
-    _f = FeedForward(8, 20, activation=_act).eval()  # d_model = 8, d_ff = 20
-    _x = torch.randn(2, 6, 8)  # [B, T, d_model]
-    _conv = as_convolutions(_f)
-    assert isinstance(_conv, nn.Sequential), f"expected an nn.Sequential, got {type(_conv).__name__}"
-    _convs = [_layer for _layer in _conv if isinstance(_layer, nn.Conv1d)]
-    assert [(_c.in_channels, _c.out_channels, _c.kernel_size) for _c in _convs] == [
-        (8, 20, (1,)), (20, 8, (1,))], (
-        "expected Conv1d(8, 20, kernel_size=1) then Conv1d(20, 8, kernel_size=1), got "
-        f"{[(_c.in_channels, _c.out_channels, _c.kernel_size) for _c in _convs]}")
+#| check ex3-conv points=2
+from transformer.feedforward import FeedForward as _FFN  # the exported class
+
+
+def _check_conv(d_model, d_ff, act, batch, t, seed):
+    torch.manual_seed(seed)
+    f = _FFN(d_model, d_ff, activation=act).eval()
+    x = torch.randn(batch, t, d_model)  # [B, T, d_model]
+    conv = as_convolutions(f)
+    assert isinstance(conv, nn.Sequential), f"expected an nn.Sequential, got {type(conv).__name__}"
+    convs = [layer for layer in conv if isinstance(layer, nn.Conv1d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [
+        (d_model, d_ff, (1,)), (d_ff, d_model, (1,))], (
+        f"expected Conv1d({d_model}, {d_ff}, kernel_size=1) then Conv1d({d_ff}, {d_model}, "
+        f"kernel_size=1), got {[(c.in_channels, c.out_channels, c.kernel_size) for c in convs]}")
     with torch.no_grad():
-        _got = _conv(_x.transpose(1, 2)).transpose(1, 2)  # Conv1d wants [B, channels, T]
-        _gap = (_got - _f(_x)).abs().max().item()
-    assert _gap < 1e-5, (
-        f"activation {_act!r}: the convolutions differ from ffn(x) by up to {_gap:.3g}; expected "
+        got = conv(x.transpose(1, 2)).transpose(1, 2)  # Conv1d wants [B, channels, T]
+        gap = (got - f(x)).abs().max().item()
+    assert gap < 1e-5, (
+        f"activation {act!r}: the convolutions differ from ffn(x) by up to {gap:.3g}; expected "
         "both layers' weights (as [out, in, 1]) and biases copied, and the same activation "
         "as ffn.activation_name (nn.GELU() is the exact GELU)")
+
+
+for _act in ("relu", "gelu"):
+    _check_conv(8, 20, _act, batch=2, t=6, seed=6)
+### BEGIN HIDDEN TESTS
+_check_conv(3, 5, "gelu", batch=1, t=1, seed=61)  # one position
+_check_conv(6, 2, "relu", batch=4, t=3, seed=62)  # d_ff smaller than d_model
+### END HIDDEN TESTS
 print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Experiment: silent units
+# A ReLU unit whose input is negative outputs 0 and passes no gradient back. Measure how
+# many of the FFN's hidden units are silent at initialisation. Build
+# `FeedForward(128, 512, dropout=0.0)` with `torch.manual_seed(0)`, feed it
+# `torch.randn(16, 10, 128)` (seeded the same way right after), and store in `silent_relu`
+# the fraction of the hidden activations $\max(0, xW_1 + b_1)$ that are exactly 0 (a
+# Python float). Do the same with `activation="gelu"` and store the fraction of exact
+# zeros in `silent_gelu`. The check measures again on inputs of its own.
+
+# %%
+### BEGIN SOLUTION
+silent = {}
+for _act in ("relu", "gelu"):
+    torch.manual_seed(0)
+    _f = FeedForward(128, 512, dropout=0.0, activation=_act)
+    _x = torch.randn(16, 10, 128)
+    with torch.no_grad():
+        _hidden = _f.activation(_f.linear1(_x))  # [16, 10, 512]
+    silent[_act] = (_hidden == 0).float().mean().item()
+silent_relu, silent_gelu = silent["relu"], silent["gelu"]
+### END SOLUTION
+print(f"silent hidden units: {silent_relu:.3f} with ReLU, {silent_gelu:.3f} with GELU")
+
+# %%
+#| check ex4-silent points=2
+from transformer.feedforward import FeedForward as _FFN  # the exported class
+
+_want = {}
+for _act in ("relu", "gelu"):
+    torch.manual_seed(3)
+    _f = _FFN(128, 512, dropout=0.0, activation=_act)
+    with torch.no_grad():
+        _h = F.relu(_f.linear1(torch.randn(16, 10, 128))) if _act == "relu" else F.gelu(
+            _f.linear1(torch.randn(16, 10, 128)))
+    _want[_act] = (_h == 0).float().mean().item()
+for _name, _act in (("silent_relu", "relu"), ("silent_gelu", "gelu")):
+    _got = globals().get(_name)
+    assert isinstance(_got, float), (
+        f"store your measurement in `{_name}` as a Python float (.item() converts), got "
+        f"{type(_got).__name__}")
+    assert abs(_got - _want[_act]) < 0.03, (
+        f"{_name}: a fresh measurement gives {_want[_act]:.3f}, you stored {_got:.3f}. Count the "
+        "hidden activations (after the activation, before the second layer) that are exactly 0, "
+        "and divide by how many there are")
+### BEGIN HIDDEN TESTS
+assert silent_gelu < 0.01 < silent_relu, "GELU is almost never exactly 0; ReLU often is"
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# About half the ReLU units are silent for any given input. Why is that not a problem for
+# training as long as *which* units are silent changes from input to input, and what
+# would a unit that is silent for **every** input mean? Answer in two or three sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# At initialisation the pre-activations are symmetric around 0 (random weights, small
+# biases), so each unit is negative for about half the inputs; a unit that is silent for
+# one input still gets gradient from the others, so every unit keeps learning. A unit that
+# is silent for every input ("dead" ReLU, for instance after a large update pushed its
+# bias far below zero) never passes a gradient again, so it can never recover: it is
+# lost capacity. GELU (and leaky variants) keep a small slope below zero, which is one
+# reason later models prefer them.
 
 # %% [markdown]
 # ## 9 · Summary

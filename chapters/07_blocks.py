@@ -1002,13 +1002,17 @@ assert max(pre_ln_scaled) < 1.5 * min(pre_ln_scaled)  # Pre-LN: roughly like 1/s
 # %% [markdown]
 # ## 8 · Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other sizes,
+# values of `eps`, data types): write what the text asks for, not what fits the messages.
+#
 # ### Exercise 1 · LayerNorm by hand
 # Write `layer_norm(x, weight, bias, eps)` that normalises the last dimension of `x`
 # (any shape `[..., d]`) as in the formula of section 2, with the learned scale
-# `weight` (γ, shape `[d]`) and shift `bias` (β, shape `[d]`). Do not call
-# `F.layer_norm` or `nn.LayerNorm`. The check compares your function with
-# `F.layer_norm` on random inputs of several shapes and random γ, β, one of them an
-# input whose features barely vary, where the placement of ε matters.
+# `weight` (γ, shape `[d]`), shift `bias` (β, shape `[d]`) and the given `eps`. Do not
+# call `F.layer_norm` or `nn.LayerNorm` (they raise while the check runs your function).
+# The check compares your function with `F.layer_norm` on random inputs of several shapes
+# and random γ, β, one of them an input whose features barely vary, where the placement
+# of ε matters.
 
 # %%
 def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -1022,42 +1026,64 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
 
 
 # %%
-#| check ex1-layer-norm
-def _layer_norm_hint(x, g, b, got):
+#| check ex1-layer-norm points=2
+class _NoLayerNorm(torch.overrides.TorchFunctionMode):
+    """While your function runs, F.layer_norm (which nn.LayerNorm calls) raises."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "layer_norm" in getattr(func, "__name__", "") or getattr(func, "__name__", "") == "group_norm":
+            raise AssertionError(f"exercise 1 asks for LayerNorm by hand; your function called "
+                                 f"{func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+def _layer_norm_hint(x, g, b, eps, got):
     """Which known mistake a wrong layer_norm output matches, in words."""
     mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
     mistakes = [
-        ((x - mu) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5) * g + b,
+        ((x - mu) / torch.sqrt(x.var(-1, keepdim=True) + eps) * g + b,
          "you divide by d - 1 (the unbiased variance, the default of .var() and .std()); "
          "LayerNorm divides by d: pass unbiased=False"),
-        ((x - mu) / (var.sqrt() + 1e-5) * g + b,
+        ((x - mu) / (var.sqrt() + eps) * g + b,
          "eps goes inside the square root: (x - mean) / sqrt(var + eps)"),
         ((x - mu) / var.sqrt() * g + b, "eps is missing: divide by sqrt(var + eps)"),
-        ((x - mu) / torch.sqrt(var + 1e-5) * b + g, "weight and bias are swapped"),
-        (((x - mu) / torch.sqrt(var + 1e-5) + b) * g,
+        ((x - mu) / torch.sqrt(var + eps) * b + g, "weight and bias are swapped"),
+        (((x - mu) / torch.sqrt(var + eps) + b) * g,
          "scale first, then shift: normalised * weight + bias, not (normalised + bias) * weight"),
     ]
     for candidate, hint in mistakes:
         if torch.allclose(got, candidate, atol=1e-4):
             return hint
     return ("normalise each vector along the last dimension only (mean and variance over "
-            "dim=-1), then multiply by weight and add bias")
+            f"dim=-1), add eps = {eps:g} to the variance, then multiply by weight and add bias")
+
+
+def _check_layer_norm(shape, spread, offset, eps=None, dtype=torch.float32):
+    x = (torch.randn(shape, dtype=dtype) * spread + offset)
+    g, b = torch.randn(shape[-1], dtype=dtype), torch.randn(shape[-1], dtype=dtype)
+    with _NoLayerNorm():
+        got = layer_norm(x, g, b) if eps is None else layer_norm(x, g, b, eps)
+    eps = 1e-5 if eps is None else eps
+    assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
+        f"for an input of shape {list(shape)} expected an output of the same shape, got "
+        f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    err = (got - F.layer_norm(x, (shape[-1],), g, b, eps=eps)).abs().max().item()
+    assert err <= 1e-5, (
+        f"input of shape {list(shape)} with feature std {spread:g}, eps = {eps:g}: your output "
+        f"differs from F.layer_norm by up to {err:.2e} (tolerance 1e-5). "
+        f"Hint: {_layer_norm_hint(x, g, b, eps, got)}")
 
 
 torch.manual_seed(11)
 # (shape, spread, offset); in the last input the features vary little, so eps matters
 for _shape, _spread, _offset in [((3, 8), 3.0, 1.0), ((2, 5, 16), 3.0, 1.0),
                                  ((4, 1, 3, 6), 3.0, 1.0), ((2, 7), 1e-3, 0.0)]:
-    _x = torch.randn(_shape) * _spread + _offset
-    _g, _b = torch.randn(_shape[-1]), torch.randn(_shape[-1])
-    _got = layer_norm(_x, _g, _b)
-    assert isinstance(_got, torch.Tensor) and _got.shape == _x.shape, (
-        f"for an input of shape {list(_shape)} expected an output of the same shape, got "
-        f"{list(_got.shape) if isinstance(_got, torch.Tensor) else type(_got).__name__}")
-    _err = (_got - F.layer_norm(_x, (_shape[-1],), _g, _b, eps=1e-5)).abs().max().item()
-    assert _err <= 1e-5, (
-        f"input of shape {list(_shape)} with feature std {_spread:g}: your output differs from "
-        f"F.layer_norm by up to {_err:.2e} (tolerance 1e-5). Hint: {_layer_norm_hint(_x, _g, _b, _got)}")
+    _check_layer_norm(_shape, _spread, _offset)
+### BEGIN HIDDEN TESTS
+_check_layer_norm((3, 5), 0.3, 2.0, eps=0.1)  # a large eps: ignoring it shows
+_check_layer_norm((2, 2, 9), 1e-2, -1.0, eps=1e-3)
+_check_layer_norm((12,), 5.0, 0.0, dtype=torch.float64)  # one vector, float64
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
@@ -1067,9 +1093,10 @@ print("ex1 passed")
 # $x \leftarrow x + F(\operatorname{LN}(x))$ for the self-attention and then the FFN,
 # **whatever `block.norm_first` says**. Use the block's parts (`block.self_attn`,
 # `block.ffn`, `block.norm1`, `block.norm2`; dropout is off in eval mode, so you
-# may leave it out) and do not call `block(...)` itself, nor change the block. The
-# check hands your function Post-LN blocks and compares with the same weights run
-# with `norm_first=True`.
+# may leave it out) and do not call `block(...)` itself, nor change the block: while the
+# check runs your function, calling the block or setting `block.norm_first` raises, and
+# the check counts the calls of the block's four parts. It hands your function Post-LN
+# blocks and compares with the same weights run with `norm_first=True`.
 
 # %%
 def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
@@ -1083,38 +1110,66 @@ def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
 
 
 # %%
-#| check ex2-pre-ln
-torch.manual_seed(12)
-for _ in range(3):
-    _post = EncoderBlock(16, 4, 32, norm_first=False).eval()
-    _pre = EncoderBlock(16, 4, 32, norm_first=True).eval()
+#| check ex2-pre-ln points=2
+from transformer.blocks import EncoderBlock as _Block  # the exported class
+
+
+class _Watched(_Block):
+    """An EncoderBlock that refuses to be called or to have its norm order changed."""
+
+    def forward(self, *args, **kwargs):
+        raise AssertionError("exercise 2 asks you not to call block(...): compute the Pre-LN "
+                             "order from block.norm1, block.self_attn, block.norm2 and block.ffn")
+
+    def __setattr__(self, name, value):
+        if name == "norm_first" and "norm_first" in self.__dict__:
+            raise AssertionError("exercise 2 asks you not to change the block: leave "
+                                 "block.norm_first as it is and use the block's parts")
+        super().__setattr__(name, value)
+
+
+def _check_pre_ln(d, heads, d_ff, x, mask):
+    post = _Watched(d, heads, d_ff, norm_first=False).eval()
+    pre = _Block(d, heads, d_ff, norm_first=True).eval()
     with torch.no_grad():
-        for _norm in (_post.norm1, _post.norm2):  # non-trivial gamma and beta: a swapped norm shows
-            _norm.weight.normal_(1.0, 0.3)
-            _norm.bias.normal_(0.0, 0.3)
-        _pre.load_state_dict(_post.state_dict())
-    _x = torch.randn(2, 6, 16)
-    _mask = padding_mask(torch.tensor([[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 5, 6]]))  # [2, 1, 1, 6]
+        for norm in (post.norm1, post.norm2):  # non-trivial gamma and beta: a swapped norm shows
+            norm.weight.normal_(1.0, 0.3)
+            norm.bias.normal_(0.0, 0.3)
+        pre.load_state_dict(post.state_dict())
+    calls = {name: 0 for name in ("norm1", "self_attn", "norm2", "ffn")}
+    for name in calls:
+        getattr(post, name).register_forward_hook(
+            lambda module, args, out, name=name: calls.__setitem__(name, calls[name] + 1))
     with torch.no_grad():
-        _got = pre_ln_forward(_post, _x, _mask)
-        assert _post.norm_first is False, (
-            f"after your call block.norm_first is {_post.norm_first}, not False: compute the "
-            "Pre-LN order from the block's parts and leave the block as it was")
-        assert isinstance(_got, torch.Tensor) and _got.shape == _x.shape, (
-            "expected a tensor of the input's shape [2, 6, 16], got "
-            f"{list(_got.shape) if isinstance(_got, torch.Tensor) else type(_got).__name__}")
-        _err = (_got - _pre(_x, _mask)).abs().max().item()
-        if torch.allclose(_got, _post(_x, _mask), atol=1e-5):
-            _hint = ("that is the Post-LN output, norm(x + F(x)); Pre-LN normalises the "
-                     "sublayer's input instead: x + F(norm(x))")
-        elif torch.allclose(_got, _pre(_x, None), atol=1e-5):
-            _hint = "that is the output without the mask: pass mask to block.self_attn"
+        got = pre_ln_forward(post, x, mask)
+        assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
+            f"expected a tensor of the input's shape {list(x.shape)}, got "
+            f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+        unused = [name for name, n in calls.items() if n == 0]
+        assert not unused, (
+            f"your function never ran block.{', block.'.join(unused)}: compute the Pre-LN order "
+            "with the block's own parts (a new block, even with the same weights, is not it)")
+        err = (got - pre(x, mask)).abs().max().item()
+        if torch.allclose(got, _Block.forward(post, x, mask), atol=1e-5):
+            hint = ("that is the Post-LN output, norm(x + F(x)); Pre-LN normalises the "
+                    "sublayer's input instead: x + F(norm(x))")
+        elif mask is not None and torch.allclose(got, pre(x, None), atol=1e-5):
+            hint = "that is the output without the mask: pass mask to block.self_attn"
         else:
-            _hint = ("expected x = x + self_attn(h, h, h, mask) with h = norm1(x), then "
-                     "x + ffn(norm2(x)); the residual adds the un-normalised x")
-    assert _err <= 1e-5, (
-        f"your output differs from the Pre-LN block's by up to {_err:.3f} "
-        f"(tolerance 1e-5): {_hint}")
+            hint = ("expected x = x + self_attn(h, h, h, mask) with h = norm1(x), then "
+                    "x + ffn(norm2(x)); the residual adds the un-normalised x")
+    assert err <= 1e-5, (
+        f"your output differs from the Pre-LN block's by up to {err:.3f} (tolerance 1e-5): {hint}")
+
+
+torch.manual_seed(12)
+_mask = padding_mask(torch.tensor([[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 5, 6]]))  # [2, 1, 1, 6]
+for _ in range(3):
+    _check_pre_ln(16, 4, 32, torch.randn(2, 6, 16), _mask)
+### BEGIN HIDDEN TESTS
+_check_pre_ln(8, 2, 12, torch.randn(1, 3, 8), None)  # no mask, one sentence
+_check_pre_ln(12, 3, 24, torch.randn(3, 5, 12), causal_mask(5))
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -1122,9 +1177,10 @@ print("ex2 passed")
 # Write `decoder_block_params(d_model, d_ff)` that returns the number of parameters
 # of one `DecoderBlock` as a formula in `d_model` and `d_ff` (weights **and**
 # biases of the two attention sublayers and of the FFN, and the γ, β of the three
-# LayerNorms). It does not depend on the number of heads: why? The check compares
-# your formula with `sum(p.numel() for p in DecoderBlock(...).parameters())` for
-# several sizes; chapter 08 builds the paper's parameter count on this.
+# LayerNorms). It is a formula: while the check runs your function, every torch function
+# raises, so you cannot build a block and count. The check compares your formula with
+# `sum(p.numel() for p in DecoderBlock(...).parameters())` for several sizes; chapter 08
+# builds the paper's parameter count on this.
 
 # %%
 def decoder_block_params(d_model: int, d_ff: int) -> int:
@@ -1138,17 +1194,131 @@ def decoder_block_params(d_model: int, d_ff: int) -> int:
 
 
 # %%
-#| check ex3-decoder-params
+#| check ex3-decoder-params points=2
+from transformer.blocks import DecoderBlock as _DecoderBlock  # the exported class
+
+
+class _NoTorch(torch.overrides.TorchFunctionMode):
+    """While your function runs, every torch function raises: the answer is a formula."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise AssertionError(f"exercise 3 asks for a formula in d_model and d_ff; your function "
+                             f"called {getattr(func, '__name__', func)} (building a block and "
+                             "counting its parameters is the check's job)")
+
+
+def _check_count(d, heads, f, show_parts=True):
+    with torch.device("meta"):  # shapes only: no memory for the weights
+        block = _DecoderBlock(d, heads, f)
+    expected = sum(p.numel() for p in block.parameters())
+    with _NoTorch():
+        got = decoder_block_params(d, f)
+    parts = ", ".join(f"{name} {sum(p.numel() for p in part.parameters()):,}"
+                      for name, part in block.named_children() if list(part.parameters()))
+    assert got == expected, (
+        f"DecoderBlock(d_model={d}, num_heads={heads}, d_ff={f}) has {expected:,} parameters; "
+        f"your formula gives {got:,}" + (f". Part by part the block holds: {parts}" if show_parts else ""))
+
+
 for _d, _h, _f in [(8, 2, 16), (32, 4, 128), (64, 8, 100), (512, 8, 2048)]:
-    _block = DecoderBlock(_d, _h, _f)
-    _expected = sum(p.numel() for p in _block.parameters())
-    _got = decoder_block_params(_d, _f)
-    _parts = ", ".join(f"{name} {sum(p.numel() for p in part.parameters()):,}"
-                       for name, part in _block.named_children() if list(part.parameters()))
-    assert _got == _expected, (
-        f"DecoderBlock(d_model={_d}, num_heads={_h}, d_ff={_f}) has {_expected:,} parameters; "
-        f"your formula gives {_got:,}. Part by part the block holds: {_parts}")
+    _check_count(_d, _h, _f)
+### BEGIN HIDDEN TESTS
+for _d, _h, _f in [(12, 3, 7), (1, 1, 1), (96, 6, 384), (1024, 16, 4096)]:
+    _check_count(_d, _h, _f, show_parts=False)
+### END HIDDEN TESTS
 print("ex3 passed")
+
+# %% [markdown]
+# Your formula has no `num_heads` in it. Why does the number of parameters not depend on
+# the number of heads? Answer in two sentences.
+
+# %% [markdown]
+# <!-- #| answer ex3-why points=1 -->
+# The heads do not have weights of their own: the query, key and value projections are
+# each one $d_{\text{model}} \times d_{\text{model}}$ matrix (plus bias) whatever $h$ is,
+# and the heads only cut their outputs into $h$ slices of $d_{\text{model}}/h$ features;
+# the output projection is $d_{\text{model}} \times d_{\text{model}}$ too. More heads mean
+# narrower slices of the same matrices, so the count is
+# $4(d_{\text{model}}^2 + d_{\text{model}})$ per attention sublayer for any $h$.
+
+# %% [markdown]
+# ### Exercise 4 · Experiment: the size of the residual stream
+# Build `Encoder(12, 64, 4, 256, dropout=0.0)` twice, Post-LN (`norm_first=False`) and
+# Pre-LN (`norm_first=True`), each after `torch.manual_seed(0)`, in eval mode, and feed
+# both `torch.randn(8, 10, 64)` (seeded with 1 right before). Run the blocks of
+# `encoder.layers` one by one and record, after each block, the mean norm of the token
+# vectors (`x.norm(dim=-1).mean()`). Store the two lists of 12 Python floats in
+# `post_ln_norms` and `pre_ln_norms`. The check measures again with blocks of its own.
+
+# %%
+### BEGIN SOLUTION
+def _stream_norms(norm_first: bool) -> list[float]:
+    torch.manual_seed(0)
+    encoder = Encoder(12, 64, 4, 256, dropout=0.0, norm_first=norm_first).eval()
+    torch.manual_seed(1)
+    x = torch.randn(8, 10, 64)
+    norms = []
+    with torch.no_grad():
+        for block in encoder.layers:
+            x = block(x)
+            norms.append(x.norm(dim=-1).mean().item())
+    return norms
+
+
+post_ln_norms, pre_ln_norms = _stream_norms(False), _stream_norms(True)
+### END SOLUTION
+print("Post-LN:", [round(n, 2) for n in post_ln_norms])
+print("Pre-LN: ", [round(n, 2) for n in pre_ln_norms])
+
+# %%
+#| check ex4-stream points=2
+from transformer.blocks import Encoder as _Encoder  # the exported class
+
+
+def _measured(norm_first, seed):
+    torch.manual_seed(seed)
+    encoder = _Encoder(12, 64, 4, 256, dropout=0.0, norm_first=norm_first).eval()
+    x = torch.randn(8, 10, 64)
+    norms = []
+    with torch.no_grad():
+        for block in encoder.layers:
+            x = block(x)
+            norms.append(x.norm(dim=-1).mean().item())
+    return norms
+
+
+for _name, _norm_first in (("post_ln_norms", False), ("pre_ln_norms", True)):
+    _got = globals().get(_name)
+    assert isinstance(_got, list) and len(_got) == 12 and all(isinstance(v, float) for v in _got), (
+        f"store the 12 measured norms (Python floats, one after each block) in `{_name}`, got "
+        f"{type(_got).__name__}")
+    _want = _measured(_norm_first, seed=5)
+    _off = max(abs(a - b) / b for a, b in zip(_got, _want, strict=True))
+    assert _off < 0.1, (
+        f"{_name}: a fresh measurement gives {[round(v, 2) for v in _want]}, yours "
+        f"{[round(v, 2) for v in _got]} (off by up to {100 * _off:.0f}%). Record the mean norm "
+        "of the token vectors after each block, before any final norm")
+### BEGIN HIDDEN TESTS
+assert max(post_ln_norms) - min(post_ln_norms) < 0.05 * max(post_ln_norms), "Post-LN: constant"
+assert pre_ln_norms[-1] > 1.2 * pre_ln_norms[0], "Pre-LN: the stream grows"
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# One list is flat and the other grows. Which is which, why, and why does our `Encoder`
+# add a final LayerNorm after its last block when `norm_first=True` but not otherwise?
+# Answer in a few sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# Post-LN ends every block with a LayerNorm, so after each block every token vector has
+# norm $\sqrt{d_{\text{model}}} = 8$ (with γ = 1, β = 0 at initialisation): the list is
+# flat. Pre-LN normalises only the input of each sublayer and adds the sublayer's output
+# to the un-normalised stream, $x \leftarrow x + F(\operatorname{LN}(x))$, so the stream
+# accumulates one more term per sublayer and its norm grows with depth. Its last block's
+# output has not been normalised at all, so the encoder adds a final LayerNorm before the
+# memory goes to the decoder (and the decoder before the output layer); in Post-LN the
+# last block already ends with one.
 
 # %% [markdown]
 # ## 9 · Summary

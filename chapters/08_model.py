@@ -1304,6 +1304,9 @@ plt.show()
 #
 # ## 9 · Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other sizes,
+# padding ids and configurations): write what the text asks for, not what fits the messages.
+#
 # ### Exercise 1 · The teacher-forcing shift
 # Write `shift_for_teacher_forcing(tgt)` that takes full target sequences `[B, T]`
 # (`<bos> ... <eos>` plus padding) and returns `(decoder_input, labels)`, each
@@ -1320,25 +1323,31 @@ def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 # %%
 #| check ex1-shift
-_batches = [torch.tensor([[1, 6, 7, 8, 2], [1, 6, 2, 0, 0]]),  # <bos> 我 喜欢 苹果 <eos>, padded
-            torch.tensor([[1, 9, 4, 4, 7, 6, 2], [1, 5, 2, 0, 0, 0, 0], [1, 3, 8, 2, 0, 0, 0]])]
-for _tgt in _batches:
-    _b, _t = _tgt.shape
-    _result = shift_for_teacher_forcing(_tgt)
-    assert isinstance(_result, tuple) and len(_result) == 2, (
-        f"expected a pair (decoder_input, labels), got {type(_result).__name__}")
-    for _what, _got, _want in (
-            ("decoder_input", _result[0], [row[:-1] for row in _tgt.tolist()]),  # drop the last column
-            ("labels", _result[1], [row[1:] for row in _tgt.tolist()])):  # drop the first column
-        assert tuple(_got.shape) == (_b, _t - 1), (
-            f"for a target batch of shape [{_b}, {_t}], expected {_what} of shape "
-            f"[{_b}, {_t - 1}], got {list(_got.shape)}")
-        for _row, (_g, _w) in enumerate(zip(_got.tolist(), _want, strict=True)):
-            assert _g == _w, (
-                f"{_what}, sentence {_row} of {_tgt.tolist()}: expected {_w}, got {_g}. "
+def _check_shift(tgt):
+    b, t = tgt.shape
+    result = shift_for_teacher_forcing(tgt)
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"expected a pair (decoder_input, labels), got {type(result).__name__}")
+    for what, got, want in (
+            ("decoder_input", result[0], [row[:-1] for row in tgt.tolist()]),  # drop the last column
+            ("labels", result[1], [row[1:] for row in tgt.tolist()])):  # drop the first column
+        assert isinstance(got, torch.Tensor) and tuple(got.shape) == (b, t - 1), (
+            f"for a target batch of shape [{b}, {t}], expected {what} of shape [{b}, {t - 1}], "
+            f"got {list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+        for row, (g, w) in enumerate(zip(got.tolist(), want, strict=True)):
+            assert g == w, (
+                f"{what}, sentence {row} of {tgt.tolist()}: expected {w}, got {g}. "
                 "The decoder input is each sentence without its last column (a short "
                 "sentence keeps its <eos> = 2; its label there is padding), the labels "
                 "without the first column (<bos>)")
+
+
+_check_shift(torch.tensor([[1, 6, 7, 8, 2], [1, 6, 2, 0, 0]]))  # <bos> 我 喜欢 苹果 <eos>, padded
+_check_shift(torch.tensor([[1, 9, 4, 4, 7, 6, 2], [1, 5, 2, 0, 0, 0, 0], [1, 3, 8, 2, 0, 0, 0]]))
+### BEGIN HIDDEN TESTS
+_check_shift(torch.tensor([[1, 2]]))  # one sentence, <bos> <eos>
+_check_shift(torch.tensor([[1, 5, 5, 5, 5, 5, 5, 5, 2], [1, 4, 4, 4, 4, 4, 4, 4, 2]]))  # no padding
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
@@ -1346,9 +1355,9 @@ print("ex1 passed")
 # Write `target_mask(tgt, pad_id)` returning the bool mask `[B, 1, T, T]` that
 # `Transformer.make_tgt_mask` builds: entry `[b, 0, i, j]` is True when query
 # position `i` may attend to key position `j`, i.e. `j <= i` and token `j` of
-# sentence `b` is not padding. Build it with tensor operations only (no call to
-# `causal_mask`, `padding_mask` or the model's methods). The check compares with
-# `make_tgt_mask` on random padded batches.
+# sentence `b` is not padding. Build it with tensor operations only: `causal_mask`,
+# `padding_mask`, `combine_masks` and the model's methods raise while the check runs your
+# function. The check compares with `make_tgt_mask` on random padded batches.
 
 # %%
 def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
@@ -1362,34 +1371,78 @@ def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
 
 
 # %%
-#| check ex2-target-mask
-torch.manual_seed(22)
-_checker = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1,
-                       num_decoder_layers=1, d_ff=32, pad_id=3)
-for _ in range(5):
-    _ids = torch.randint(0, 20, (4, 7))  # may hold 0 and 3 anywhere
-    _ids[:, 5:] = 3  # padding (pad_id 3) at the end
-    _mine = target_mask(_ids, pad_id=3)
-    assert isinstance(_mine, torch.Tensor) and tuple(_mine.shape) == (4, 1, 7, 7), (
-        "for ids of shape [4, 7] expected a mask of shape [4, 1, 7, 7] (batch, a head axis "
-        "of size 1, query, key), got "
-        f"{list(_mine.shape) if isinstance(_mine, torch.Tensor) else type(_mine).__name__}")
-    assert _mine.dtype == torch.bool, f"expected a bool mask (True = may attend), got {_mine.dtype}"
-    _want = _checker.make_tgt_mask(_ids).expand(4, 1, 7, 7)
-    _wrong = (_mine != _want).nonzero().tolist()
-    if _wrong:
-        _b, _, _i, _j = _wrong[0]
-        _token = _ids[_b, _j].item()
-        _why = (f"key {_j} comes after query {_i}" if _j > _i
-                else f"key {_j} is padding (token {_token} = pad_id)" if _token == 3
-                else f"key {_j} is at or before query {_i} and its token {_token} is not padding")
-        if _ids[_b, _i].item() == 3 and _token != 3:
-            _why += (f"; query {_i} is padding, but only padded keys (columns) are hidden: "
-                     "a padded query row still sees the real keys up to itself")
-    assert not _wrong, (
-        f"{len(_wrong)} wrong entries; the first: [{_b}, 0, {_i}, {_j}] is {_mine[_b, 0, _i, _j].item()}, "
-        f"expected {_want[_b, 0, _i, _j].item()}, because {_why} (ids of sentence {_b}: "
-        f"{_ids[_b].tolist()}, pad_id 3)")
+#| check ex2-target-mask points=2
+import contextlib
+
+import transformer.masks as _masks
+from transformer.model import Transformer as _Transformer  # the exported class
+
+
+def _refuse(name):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"exercise 2 asks for the mask from tensor operations; your "
+                             f"function called {name}")
+    return refuse
+
+
+@contextlib.contextmanager
+def _forbidden():
+    """The book's mask functions and the model's mask methods raise (notebook and package)."""
+    names = ("causal_mask", "padding_mask", "combine_masks")
+    saved = ({n: globals().get(n) for n in names}, {n: getattr(_masks, n) for n in names},
+             {m: getattr(_Transformer, m) for m in ("make_tgt_mask", "make_src_mask")})
+    for name in names:
+        globals()[name] = _refuse(name)
+        setattr(_masks, name, _refuse(name))
+    for method in saved[2]:
+        setattr(_Transformer, method, _refuse(f"the model's {method}"))
+    try:
+        yield
+    finally:
+        for name in names:
+            globals()[name] = saved[0][name]
+            setattr(_masks, name, saved[1][name])
+        for method, value in saved[2].items():
+            setattr(_Transformer, method, value)
+
+
+def _check_target_mask(batch, t, pad_id, seed):
+    torch.manual_seed(seed)
+    checker = _Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1,
+                           num_decoder_layers=1, d_ff=32, pad_id=pad_id)
+    ids = torch.randint(0, 20, (batch, t))  # may hold the pad id anywhere
+    ids[:, max(1, t - 2):] = pad_id  # padding at the end
+    with _forbidden():
+        mine = target_mask(ids, pad_id=pad_id)
+    assert isinstance(mine, torch.Tensor) and tuple(mine.shape) == (batch, 1, t, t), (
+        f"for ids of shape [{batch}, {t}] expected a mask of shape [{batch}, 1, {t}, {t}] (batch, "
+        "a head axis of size 1, query, key), got "
+        f"{list(mine.shape) if isinstance(mine, torch.Tensor) else type(mine).__name__}")
+    assert mine.dtype == torch.bool, f"expected a bool mask (True = may attend), got {mine.dtype}"
+    want = checker.make_tgt_mask(ids).expand(batch, 1, t, t)
+    wrong = (mine != want).nonzero().tolist()
+    if wrong:
+        b, _, i, j = wrong[0]
+        token = ids[b, j].item()
+        why = (f"key {j} comes after query {i}" if j > i
+               else f"key {j} is padding (token {token} = pad_id)" if token == pad_id
+               else f"key {j} is at or before query {i} and its token {token} is not padding")
+        if ids[b, i].item() == pad_id and token != pad_id:
+            why += (f"; query {i} is padding, but only padded keys (columns) are hidden: "
+                    "a padded query row still sees the real keys up to itself")
+        raise AssertionError(
+            f"{len(wrong)} wrong entries; the first: [{b}, 0, {i}, {j}] is {mine[b, 0, i, j].item()}, "
+            f"expected {want[b, 0, i, j].item()}, because {why} (ids of sentence {b}: "
+            f"{ids[b].tolist()}, pad_id {pad_id})")
+
+
+for _seed in range(5):
+    _check_target_mask(4, 7, pad_id=3, seed=22 + _seed)
+### BEGIN HIDDEN TESTS
+_check_target_mask(1, 1, pad_id=0, seed=221)  # one token
+_check_target_mask(3, 9, pad_id=0, seed=222)
+_check_target_mask(2, 4, pad_id=19, seed=223)
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -1398,8 +1451,9 @@ print("ex2 passed")
 # parameter count of `Transformer(vocab, vocab, d_model, num_heads,
 # num_layers, num_layers, d_ff, share_embeddings=True, tie_output=True)` (Post-LN)
 # as a formula: one shared table, the encoder and decoder layers, and the output
-# layer's bias. The check compares with `count_parameters` on several
-# configurations, the paper's among them.
+# layer's bias. It is a formula: every torch function raises while the check runs it.
+# The check compares with `count_parameters` on several configurations, the paper's
+# among them.
 
 # %%
 def transformer_params(vocab: int, d_model: int, d_ff: int, num_layers: int) -> int:
@@ -1415,19 +1469,124 @@ def transformer_params(vocab: int, d_model: int, d_ff: int, num_layers: int) -> 
 
 
 # %%
-#| check ex3-param-formula
-for _v, _d, _h, _f, _n in [(100, 16, 2, 32, 1), (1000, 64, 4, 200, 3), (37000, 512, 8, 2048, 6),
-                           (37000, 1024, 16, 4096, 6)]:
-    with torch.device("meta"):
-        _m = Transformer(_v, _v, _d, _h, _n, _n, d_ff=_f, share_embeddings=True, tie_output=True)
-    _expected, _got = count_parameters(_m), transformer_params(_v, _d, _f, _n)
-    assert _got == _expected, (
-        f"vocab={_v}, d_model={_d}, d_ff={_f}, num_layers={_n}: count_parameters gives "
-        f"{_expected:,}, your formula {_got:,} (off by {_got - _expected:+,}). The model holds: "
-        f"one shared table {_m.src_embed.embedding.weight.numel():,}, encoder "
-        f"{count_parameters(_m.encoder):,}, decoder {count_parameters(_m.decoder):,}, "
-        f"output bias {_m.generator.bias.numel():,}")
+#| check ex3-param-formula points=2
+from transformer.model import Transformer as _Transformer, count_parameters as _count
+
+
+class _NoTorch(torch.overrides.TorchFunctionMode):
+    """While your function runs, every torch function raises: the answer is a formula."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise AssertionError(f"exercise 3 asks for a formula; your function called "
+                             f"{getattr(func, '__name__', func)} (building the model and counting "
+                             "is the check's job)")
+
+
+def _check_formula(v, d, h, f, n, show_parts=True):
+    with torch.device("meta"):  # shapes only: no memory for the weights
+        m = _Transformer(v, v, d, h, n, n, d_ff=f, share_embeddings=True, tie_output=True)
+    expected = _count(m)
+    with _NoTorch():
+        got = transformer_params(v, d, f, n)
+    assert got == expected, (
+        f"vocab={v}, d_model={d}, d_ff={f}, num_layers={n}: count_parameters gives "
+        f"{expected:,}, your formula {got:,} (off by {got - expected:+,})"
+        + (f". The model holds: one shared table {m.src_embed.embedding.weight.numel():,}, "
+           f"encoder {_count(m.encoder):,}, decoder {_count(m.decoder):,}, output bias "
+           f"{m.generator.bias.numel():,}" if show_parts else ""))
+
+
+for _config in [(100, 16, 2, 32, 1), (1000, 64, 4, 200, 3), (37000, 512, 8, 2048, 6),
+                (37000, 1024, 16, 4096, 6)]:
+    _check_formula(*_config)
+### BEGIN HIDDEN TESTS
+for _config in [(7, 4, 1, 5, 2), (32000, 768, 12, 3072, 12), (50, 24, 3, 24, 4)]:
+    _check_formula(*_config, show_parts=False)
+### END HIDDEN TESTS
 print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Find the bug: a tie that does not hold
+# Tying the output layer to the target embedding table must make them **one**
+# parameter, used twice. The function below ties them in a way that looks right at first:
+# the two weights are equal right after the call. Write `tie_output_layer(model)`, a
+# corrected version that ties `model.generator.weight` to `model.tgt_embed.embedding.weight`
+# of a model built without `tie_output` (do not call `model.tie_weights()`, which raises
+# while the check runs your function). The check counts the parameters, trains one step
+# and looks whether the two are still the same.
+
+# %%
+def tie_output_layer_with_a_bug(model: Transformer) -> Transformer:
+    """Give the output layer the target embedding table's weights (a copy, alas)."""
+    with torch.no_grad():
+        model.generator.weight.copy_(model.tgt_embed.embedding.weight)
+    return model
+
+
+# %%
+def tie_output_layer(model: Transformer) -> Transformer:
+    """Make the output layer's weight the target embedding table itself; return the model."""
+    ### BEGIN SOLUTION
+    model.generator.weight = model.tgt_embed.embedding.weight  # one Parameter, two roles
+    return model
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-tie points=2
+from transformer.model import Transformer as _Transformer, count_parameters as _count
+
+
+def _check_tie(src_v, tgt_v, d, share, seed):
+    torch.manual_seed(seed)
+    model = _Transformer(src_v, tgt_v, d_model=d, num_heads=2, num_encoder_layers=1,
+                         num_decoder_layers=1, d_ff=2 * d, share_embeddings=share)
+    before = _count(model)
+    saved = _Transformer.tie_weights
+    _Transformer.tie_weights = lambda self: (_ for _ in ()).throw(AssertionError(
+        "exercise 4 asks you to tie the layers yourself, not to call model.tie_weights()"))
+    try:
+        returned = tie_output_layer(model)
+    finally:
+        _Transformer.tie_weights = saved
+    assert returned is model, f"return the model you were given, got {type(returned).__name__}"
+    table = model.tgt_embed.embedding.weight
+    assert torch.equal(model.generator.weight, table), (
+        "after tying, the output layer's weight should equal the target embedding table")
+    assert _count(model) == before - tgt_v * d, (
+        f"tying should remove the output layer's own [{tgt_v}, {d}] weight from the count: "
+        f"expected {before - tgt_v * d:,} parameters, count_parameters gives {_count(model):,}. "
+        "Equal values are not a tie: the two must be one Parameter")
+    src = torch.randint(3, src_v, (2, 5))
+    tgt = torch.randint(3, tgt_v, (2, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss = F.cross_entropy(model(src, tgt).flatten(0, 1), torch.randint(3, tgt_v, (8,)))
+    loss.backward()
+    optimizer.step()
+    assert torch.equal(model.generator.weight, model.tgt_embed.embedding.weight), (
+        "after one training step the output layer's weight and the embedding table differ: "
+        "they were two parameters with equal values, and each got its own gradient")
+
+
+_check_tie(30, 30, 16, share=False, seed=4)
+### BEGIN HIDDEN TESTS
+_check_tie(40, 25, 8, share=False, seed=41)  # vocabularies of different sizes
+_check_tie(25, 25, 12, share=True, seed=42)  # one table for both sides
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# Without reading the code, how could you have noticed that the tie of
+# `tie_output_layer_with_a_bug` does not hold? Name two symptoms you could measure.
+# Answer in two or three sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# `count_parameters` does not drop by $V \cdot d_{\text{model}}$ (the model still has two
+# tables, so a paper-size model comes out tens of millions of parameters too large), and
+# after one optimiser step the output layer's weight and the embedding table are no longer
+# equal (each received its own gradient). The checkpoint also holds both tensors, and
+# `model.generator.weight is model.tgt_embed.embedding.weight` is False.
 
 # %% [markdown]
 # ## 10 · Summary

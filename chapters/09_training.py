@@ -2042,6 +2042,9 @@ print("all checks passed")
 # %% [markdown]
 # ## Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other sizes,
+# padding ids, schedules): write what the text asks for, not what fits the messages.
+#
 # ### Exercise 1 · The smoothed target, as a matrix
 # Write `smoothed_targets(labels, vocab_size, eps, pad_id=0)`: for labels `[N]` return
 # the target distributions `q` `[N, vocab_size]` of section 4, where row $i$ is
@@ -2061,32 +2064,43 @@ def smoothed_targets(labels: torch.Tensor, vocab_size: int, eps: float, pad_id: 
 
 
 # %%
-#| check ex1-smoothed-targets
-gen = torch.Generator().manual_seed(1)
-ex_logits = torch.randn(12, 9, generator=gen)  # [N=12, V=9]
-ex_labels = torch.randint(1, 9, (12,), generator=gen)  # [12], no padding yet
-ex_labels[[2, 7]] = 0  # two padding positions
-q_ex = smoothed_targets(ex_labels, 9, 0.2, pad_id=0)
-assert isinstance(q_ex, torch.Tensor) and q_ex.shape == (12, 9), (
-    f"expected q of shape (12, 9) [N, vocab_size], got "
-    f"{tuple(q_ex.shape) if isinstance(q_ex, torch.Tensor) else type(q_ex).__name__}")
-pad_rows = q_ex[ex_labels == 0]
-assert torch.all(pad_rows == 0), (
-    f"rows whose label is pad_id must be all zeros (padding is not a word), got row sums "
-    f"{[round(v, 3) for v in pad_rows.sum(1).tolist()]}")
-row_sums = q_ex[ex_labels != 0].sum(1)
-assert torch.allclose(row_sums, torch.ones(10)), (
-    f"each real row is a probability distribution and sums to 1, got sums "
-    f"{sorted({round(v, 4) for v in row_sums.tolist()})}")
-right = q_ex[ex_labels != 0].gather(1, ex_labels[ex_labels != 0, None]).squeeze(1)
-assert torch.allclose(right, torch.full((10,), 0.8 + 0.2 / 9)), (
-    f"with eps = 0.2 and V = 9 the right word gets 1 - eps + eps/V = {0.8 + 0.2 / 9:.4f}, "
-    f"got {sorted({round(v, 4) for v in right.tolist()})}")
-by_hand = -(q_ex * ex_logits.log_softmax(-1)).sum() / (ex_labels != 0).sum()
-theirs = F.cross_entropy(ex_logits, ex_labels, label_smoothing=0.2, ignore_index=0)
-assert torch.allclose(by_hand, theirs), (
-    f"the loss against your q is {by_hand.item():.4f}, F.cross_entropy(label_smoothing=0.2) gives "
-    f"{theirs.item():.4f}: PyTorch spreads eps/V over every word, the right one included")
+#| check ex1-smoothed-targets points=2
+def _check_smoothed(n, vocab, eps, pad_id, pads, seed):
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n, vocab, generator=gen)  # [N, V]
+    labels = torch.randint(0, vocab, (n,), generator=gen)
+    labels[labels == pad_id] = (pad_id + 1) % vocab  # no padding yet
+    labels[pads] = pad_id  # then padding at the given positions
+    real = labels != pad_id
+    q = smoothed_targets(labels, vocab, eps, pad_id=pad_id)
+    assert isinstance(q, torch.Tensor) and q.shape == (n, vocab), (
+        f"expected q of shape ({n}, {vocab}) [N, vocab_size], got "
+        f"{tuple(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__}")
+    assert torch.all(q[~real] == 0), (
+        f"rows whose label is pad_id = {pad_id} must be all zeros (padding is not a word), got "
+        f"row sums {[round(v, 3) for v in q[~real].sum(1).tolist()]}")
+    sums = q[real].sum(1)
+    assert torch.allclose(sums, torch.ones(int(real.sum()))), (
+        f"each real row is a probability distribution and sums to 1, got sums "
+        f"{sorted({round(v, 4) for v in sums.tolist()})}")
+    right = q[real].gather(1, labels[real, None]).squeeze(1)
+    assert torch.allclose(right, torch.full_like(right, 1 - eps + eps / vocab)), (
+        f"with eps = {eps} and V = {vocab} the right word gets 1 - eps + eps/V = "
+        f"{1 - eps + eps / vocab:.4f}, got {sorted({round(v, 4) for v in right.tolist()})}")
+    by_hand = -(q * logits.log_softmax(-1)).sum() / real.sum()
+    theirs = F.cross_entropy(logits, labels, label_smoothing=eps, ignore_index=pad_id)
+    assert torch.allclose(by_hand, theirs), (
+        f"the loss against your q is {by_hand.item():.4f}, F.cross_entropy(label_smoothing={eps}) "
+        f"gives {theirs.item():.4f}: PyTorch spreads eps/V over every word, the right one included")
+
+
+_check_smoothed(12, 9, 0.2, pad_id=0, pads=[2, 7], seed=1)  # [N=12, V=9], two padding positions
+### BEGIN HIDDEN TESTS
+_check_smoothed(6, 5, 0.1, pad_id=3, pads=[0, 5], seed=11)  # padding id 3
+_check_smoothed(1, 2, 0.0, pad_id=0, pads=[], seed=12)  # no smoothing: one-hot
+_check_smoothed(20, 30, 0.5, pad_id=0, pads=list(range(10)), seed=13)
+### END HIDDEN TESTS
+print("ex1 passed")
 
 # %% [markdown]
 # ### Exercise 2 · Token accuracy
@@ -2106,18 +2120,25 @@ def token_accuracy(logits: torch.Tensor, labels: torch.Tensor, pad_id: int = 0) 
 
 # %%
 #| check ex2-token-accuracy
-acc_labels = torch.tensor([[3, 4, 5, 0], [6, 7, 0, 0]])  # [2, 4]: 5 real tokens, 3 pads
-# Predictions (argmax of one-hot logits): right at 3 of the 5 real tokens; at the pad
-# position [1, 2] the model predicts 0, which equals the pad label but is no word.
-acc_logits = F.one_hot(torch.tensor([[3, 4, 1, 5], [6, 2, 0, 7]]), 8).float()  # [2, 4, 8]
-got = token_accuracy(acc_logits, acc_labels)
-assert isinstance(got, float), f"return a Python float (use .item()), got {type(got).__name__}"
-assert abs(got - 3 / 5) < 1e-9, (
-    f"expected 3/5 = 0.6 (3 right of the 5 non-pad positions), got {got:.4f}: "
-    "count only positions whose label is not pad_id, in the numerator and the denominator")
-got_all = token_accuracy(acc_logits, acc_labels, pad_id=-1)
-assert abs(got_all - 4 / 8) < 1e-9, (
-    f"with pad_id=-1 every position counts: expected 4/8 = 0.5, got {got_all:.4f}")
+def _check_accuracy(predicted, labels, vocab, pad_id, want, why):
+    logits = F.one_hot(torch.tensor(predicted), vocab).float()  # argmax = the predicted ids
+    got = token_accuracy(logits, torch.tensor(labels), pad_id=pad_id)
+    assert isinstance(got, float), f"return a Python float (use .item()), got {type(got).__name__}"
+    assert abs(got - want) < 1e-9, f"{why}: expected {want:.4f}, got {got:.4f}"
+
+
+_labels = [[3, 4, 5, 0], [6, 7, 0, 0]]  # [2, 4]: 5 real tokens, 3 pads
+# right at 3 of the 5 real tokens; at the pad position [1, 2] the model predicts 0, which
+# equals the pad label but is no word
+_predicted = [[3, 4, 1, 5], [6, 2, 0, 7]]
+_check_accuracy(_predicted, _labels, 8, 0, 3 / 5, "3 right of the 5 non-pad positions: count "
+                "only positions whose label is not pad_id, in the numerator and the denominator")
+_check_accuracy(_predicted, _labels, 8, -1, 4 / 8, "with pad_id=-1 every position counts")
+### BEGIN HIDDEN TESTS
+_check_accuracy([[2, 2, 2]], [[2, 5, 5]], 6, 5, 1.0, "pad_id 5, one real token, right")
+_check_accuracy([[1, 0], [3, 3]], [[1, 2], [3, 0]], 4, 2, 2 / 3, "pad_id 2 in the middle")
+### END HIDDEN TESTS
+print("ex2 passed")
 
 # %% [markdown]
 # ### Exercise 3 · A modern schedule: linear warm-up, cosine decay
@@ -2144,31 +2165,59 @@ def warmup_cosine_lr(step: int, peak: float, warmup: int, total: int) -> float:
 
 # %%
 #| check ex3-cosine
-PEAK, WARMUP, TOTAL = 1e-3, 100, 1000  # the decay runs from step 100 to step 1000: 900 steps
-for step, want, why in [(1, 1e-5, "warm-up starts at peak / warmup"),
-                        (50, 5e-4, "half-way through the warm-up: half the peak"),
-                        (100, 1e-3, "the peak, at step = warmup"),
-                        (400, 7.5e-4, "a third of the decay: cos(pi/3) = 1/2, three quarters of the peak"),
-                        (550, 5e-4, "half-way through the decay: cos(pi/2) = 0, half the peak"),
-                        (1000, 0.0, "the end of the decay: 0"),
-                        (5000, 0.0, "after total: stays 0")]:
-    got = warmup_cosine_lr(step, PEAK, WARMUP, TOTAL)
-    assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12), (
-        f"warmup_cosine_lr({step}, peak={PEAK}, warmup={WARMUP}, total={TOTAL}) should be "
-        f"{want:g} ({why}), got {got:g}")
-cos_rates = [warmup_cosine_lr(s, 1.0, 10, 50) for s in range(1, 60)]
-peak_step = max(range(len(cos_rates)), key=cos_rates.__getitem__) + 1
-assert peak_step == 10, f"with warmup=10 the peak must be at step 10, got step {peak_step}"
+def _check_schedule(peak, warmup, total, points):
+    for step, want, why in points:
+        got = warmup_cosine_lr(step, peak, warmup, total)
+        assert math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-12), (
+            f"warmup_cosine_lr({step}, peak={peak}, warmup={warmup}, total={total}) should be "
+            f"{want:g} ({why}), got {got:g}")
+
+
+# the decay runs from step 100 to step 1000: 900 steps
+_check_schedule(1e-3, 100, 1000, [(1, 1e-5, "warm-up starts at peak / warmup"),
+                                  (50, 5e-4, "half-way through the warm-up: half the peak"),
+                                  (100, 1e-3, "the peak, at step = warmup"),
+                                  (400, 7.5e-4, "a third of the decay: cos(pi/3) = 1/2, three "
+                                                "quarters of the peak"),
+                                  (550, 5e-4, "half-way through the decay: cos(pi/2) = 0, half the peak"),
+                                  (1000, 0.0, "the end of the decay: 0"),
+                                  (5000, 0.0, "after total: stays 0")])
+### BEGIN HIDDEN TESTS
+_check_schedule(3.0, 1, 5, [(1, 3.0, "warmup = 1: the peak at once"),
+                            (2, 3.0 * (1 + math.cos(math.pi / 4)) / 2, "a quarter of the decay"),
+                            (5, 0.0, "the end")])
+_check_schedule(0.5, 40, 100, [(10, 0.125, "a quarter of the warm-up"),
+                               (41, 0.25 * (1 + math.cos(math.pi / 60)), "one step into the decay"),
+                               (85, 0.25 * (1 + math.cos(math.pi * 0.75)), "three quarters of the decay")])
+### END HIDDEN TESTS
+print("ex3 passed")
+
+# %% [markdown]
+# Both schedules start with a warm-up. Why does a Transformer trained with Adam need one
+# at all: what goes wrong in the first steps if the learning rate starts at its peak?
+# Answer in a few sentences.
+
+# %% [markdown]
+# <!-- #| answer ex3-why points=1 -->
+# Adam divides each update by a running estimate of the gradient's scale, and in the first
+# steps that estimate rests on a handful of gradients: it is noisy, and the updates all
+# have size about the learning rate whatever the gradient says. At the same time the
+# freshly initialised model's gradients are large and badly balanced (in a Post-LN model
+# they are largest near the output, chapter 07), so full-size steps at once can push the
+# weights into a region the model does not recover from: the loss spikes or diverges,
+# or the attention saturates. A warm-up keeps the first steps small until Adam's
+# statistics and the model have settled, then lets the rate rise.
 
 # %% [markdown]
 # ### Exercise 4 · Gradient clipping by hand
 # Write `clip_grad_norm(parameters, max_norm)`: compute the global norm
 # $\lVert g \rVert = \sqrt{\sum_p \lVert g_p \rVert^2}$ over all gradients; if it exceeds
 # `max_norm`, scale every gradient in place by `max_norm / norm`; return the norm before
-# clipping as a float. Skip parameters without a gradient (`p.grad is None`). The check
-# compares with `torch.nn.utils.clip_grad_norm_` on two copies of a small network (its
-# small `1e-6` in the denominator may be ignored), then clips again with a large
-# `max_norm`, which must leave the gradients alone.
+# clipping as a float. `parameters` may be any iterable, a generator such as
+# `model.parameters()` included. Skip parameters without a gradient (`p.grad is None`).
+# The check compares with `torch.nn.utils.clip_grad_norm_` on two copies of a small
+# network (its small `1e-6` in the denominator may be ignored), then clips again with a
+# large `max_norm`, which must leave the gradients alone.
 
 # %%
 def clip_grad_norm(parameters, max_norm: float) -> float:
@@ -2184,31 +2233,47 @@ def clip_grad_norm(parameters, max_norm: float) -> float:
 
 
 # %%
-#| check ex4-clip
-torch.manual_seed(4)
-net_a = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-net_b = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-net_b.load_state_dict(net_a.state_dict())
-x_clip = torch.randn(16, 5)
-for net in (net_a, net_b):
-    (net(x_clip) ** 2).sum().mul(10).backward()
-frozen = torch.nn.Parameter(torch.zeros(3))  # a parameter without a gradient (p.grad is None)
-mine = clip_grad_norm([*net_a.parameters(), frozen], 0.5)
-theirs = torch.nn.utils.clip_grad_norm_(net_b.parameters(), 0.5).item()
-assert isinstance(mine, float), f"return the norm as a Python float, got {type(mine).__name__}"
-assert math.isclose(mine, theirs, rel_tol=1e-5) and theirs > 0.5, (
-    f"expected the global norm before clipping, sqrt(sum of every squared gradient entry) = "
-    f"{theirs:.4f}, got {mine:.4f}")
-for (name, pa), pb in zip(net_a.named_parameters(), net_b.parameters(), strict=True):
-    assert torch.allclose(pa.grad, pb.grad, atol=1e-6), (
-        f"gradient of {name} after clipping: norm {pa.grad.norm():.4f}, expected {pb.grad.norm():.4f}; "
-        "scale every gradient in place by the same factor max_norm / norm")
-small = [p.grad.clone() for p in net_a.parameters()]
-again = clip_grad_norm(list(net_a.parameters()), 100.0)
-assert math.isclose(again, 0.5, rel_tol=1e-4), f"the clipped gradients have norm 0.5, got {again:.4f}"
-for (name, p), before in zip(net_a.named_parameters(), small, strict=True):
-    assert torch.allclose(p.grad, before), (
-        f"the norm 0.5 is below max_norm=100, so the gradients must not change, but {name}'s did")
+#| check ex4-clip points=2
+def _check_clip(sizes, max_norm, dtype, seed, as_generator=False):
+    torch.manual_seed(seed)
+
+    def net():
+        layers = [torch.nn.Linear(a, b) for a, b in zip(sizes, sizes[1:], strict=False)]
+        return torch.nn.Sequential(*layers).to(dtype)
+
+    net_a, net_b = net(), net()
+    net_b.load_state_dict(net_a.state_dict())
+    x = torch.randn(16, sizes[0], dtype=dtype)
+    for n in (net_a, net_b):
+        (n(x) ** 2).sum().mul(10).backward()
+    frozen = torch.nn.Parameter(torch.zeros(3, dtype=dtype))  # a parameter without a gradient
+    mine = clip_grad_norm((p for p in [*net_a.parameters(), frozen]) if as_generator
+                          else [*net_a.parameters(), frozen], max_norm)
+    theirs = torch.nn.utils.clip_grad_norm_(net_b.parameters(), max_norm).item()
+    assert isinstance(mine, float), f"return the norm as a Python float, got {type(mine).__name__}"
+    assert math.isclose(mine, theirs, rel_tol=1e-5) and theirs > max_norm, (
+        f"expected the global norm before clipping, sqrt(sum of every squared gradient entry) = "
+        f"{theirs:.4f}, got {mine:.4f}")
+    for (name, pa), pb in zip(net_a.named_parameters(), net_b.parameters(), strict=True):
+        assert torch.allclose(pa.grad, pb.grad, atol=1e-6), (
+            f"gradient of {name} after clipping: norm {pa.grad.norm():.4f}, expected "
+            f"{pb.grad.norm():.4f}; scale every gradient in place by the same factor max_norm / norm")
+    small = [p.grad.clone() for p in net_a.parameters()]
+    again = clip_grad_norm(list(net_a.parameters()), 100 * max_norm)
+    assert math.isclose(again, max_norm, rel_tol=1e-4), (
+        f"the clipped gradients have norm {max_norm}, got {again:.4f}")
+    for (name, p), before in zip(net_a.named_parameters(), small, strict=True):
+        assert torch.allclose(p.grad, before), (
+            f"the norm {max_norm} is below max_norm={100 * max_norm}, so the gradients must not "
+            f"change, but {name}'s did")
+
+
+_check_clip([5, 7, 3], 0.5, torch.float32, seed=4)
+### BEGIN HIDDEN TESTS
+_check_clip([3, 4, 4, 2], 2.0, torch.float64, seed=41, as_generator=True)  # model.parameters()
+_check_clip([6, 1], 0.01, torch.float32, seed=42)
+### END HIDDEN TESTS
+print("ex4 passed")
 
 # %% [markdown]
 # ## Summary

@@ -2154,12 +2154,15 @@ print("all checks passed")
 # %% [markdown]
 # ## Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other shapes,
+# sizes and data types): write what the text asks for, not what fits the messages.
+#
 # ### Exercise 1 · Top-k by hand
-# Write `top_k_only(logits, k)`: return a copy of `logits` ([..., vocab]) in which every
-# entry that is not among the k largest of its row is `-inf`. Use `torch.topk`. Leave
-# the input unchanged. The check compares your function with `filter_logits(logits,
-# top_k=k)` on random logits of two and three dimensions, and checks that every row
-# keeps exactly k finite entries.
+# Write `top_k_only(logits, k)`: return a copy of `logits` ([..., vocab], any number of
+# leading axes) in which every entry that is not among the k largest of its row is
+# `-inf`. Use `torch.topk`. Leave the input unchanged. The check compares your function
+# with `filter_logits(logits, top_k=k)` on random logits of two and three dimensions, and
+# checks that every row keeps exactly k finite entries.
 
 # %%
 def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -2172,27 +2175,37 @@ def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 # %%
 #| check ex1-top-k
-_g = torch.Generator().manual_seed(0)
-for _shape in [(6, 50), (2, 3, 7)]:  # [rows, vocab] and [batch, rows, vocab]
-    _logits = torch.randn(*_shape, generator=_g)
-    _before = _logits.clone()
-    for _k in (1, 3, _shape[-1]):
-        _mine = top_k_only(_logits, _k)
-        assert torch.equal(_logits, _before), (
+from transformer.generation import filter_logits as _filter  # the exported function
+
+
+def _check_top_k(shape, ks, dtype, seed):
+    logits = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    before = logits.clone()
+    for k in ks:
+        mine = top_k_only(logits, k)
+        assert torch.equal(logits, before), (
             "top_k_only changed its input: return a new tensor (masked_fill, not masked_fill_)")
-        assert isinstance(_mine, torch.Tensor) and _mine.shape == _logits.shape, (
-            f"expected a tensor of shape {tuple(_logits.shape)}, got "
-            f"{tuple(_mine.shape) if isinstance(_mine, torch.Tensor) else type(_mine).__name__}")
-        _kept = torch.isfinite(_mine).sum(-1)
-        assert bool((_kept == _k).all()), (
-            f"logits {tuple(_logits.shape)}, k={_k}: each row should keep exactly {_k} finite "
-            f"logit{'s' if _k > 1 else ''} (the others -inf), got {sorted(set(_kept.flatten().tolist()))} per row")
-        _ref = filter_logits(_logits, top_k=_k)
-        assert torch.equal(torch.isfinite(_mine), torch.isfinite(_ref)), (
-            f"logits {tuple(_logits.shape)}, k={_k}: you kept {_k} entries per row, but not the "
+        assert isinstance(mine, torch.Tensor) and mine.shape == logits.shape and mine.dtype == dtype, (
+            f"expected a {dtype} tensor of shape {tuple(logits.shape)}, got "
+            f"{(tuple(mine.shape), mine.dtype) if isinstance(mine, torch.Tensor) else type(mine).__name__}")
+        kept = torch.isfinite(mine).sum(-1)
+        assert bool((kept == k).all()), (
+            f"logits {tuple(logits.shape)}, k={k}: each row should keep exactly {k} finite "
+            f"logit{'s' if k > 1 else ''} (the others -inf), got {sorted(set(kept.flatten().tolist()))} per row")
+        ref = _filter(logits, top_k=k)
+        assert torch.equal(torch.isfinite(mine), torch.isfinite(ref)), (
+            f"logits {tuple(logits.shape)}, k={k}: you kept {k} entries per row, but not the "
             "k largest of each row along the last (vocabulary) axis")
-        assert torch.equal(_mine, _ref), (
-            f"k={_k}: the kept logits must keep their values, the others must be -inf")
+        assert torch.equal(mine, ref), (
+            f"k={k}: the kept logits must keep their values, the others must be -inf")
+
+
+for _shape in [(6, 50), (2, 3, 7)]:  # [rows, vocab] and [batch, rows, vocab]
+    _check_top_k(_shape, (1, 3, _shape[-1]), torch.float32, seed=0)
+### BEGIN HIDDEN TESTS
+_check_top_k((12,), (1, 5), torch.float32, seed=11)  # one row, no batch axis
+_check_top_k((2, 2, 2, 9), (2, 8), torch.float64, seed=12)
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
@@ -2215,24 +2228,38 @@ def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: f
 
 
 # %%
-#| check ex2-repetition
+#| check ex2-repetition points=2
+def _check_penalty(logits, generated, penalty, expected):
+    before = logits.clone()
+    out = repetition_penalty(logits, generated, penalty)
+    assert torch.equal(logits, before), "repetition_penalty changed its input: return a new tensor"
+    assert isinstance(out, torch.Tensor) and out.shape == logits.shape, (
+        f"expected logits of shape {tuple(logits.shape)}, got "
+        f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}")
+    for row, col in (~torch.isclose(out, expected)).nonzero().tolist():
+        was = logits[row, col].item()
+        why = ("it was never generated: leave it" if col not in generated[row].tolist()
+               else f"it was generated: {'divide' if was > 0 else 'multiply'} it by the penalty, once")
+        raise AssertionError(f"penalty {penalty}, row {row}, token {col}: logit {was:.4g} should "
+                             f"become {expected[row, col].item():.4g}, got "
+                             f"{out[row, col].item():.4g} ({why})")
+
+
 # Row 0 generated tokens 3, 1, 1: logit 3 (2.0 > 0) is halved, logit 1 (-1.0 < 0) doubled, once.
 # Row 1 generated token 4 three times: only logit 4 (-2.0) changes.
-_logits = torch.tensor([[0.5, -1.0, 1.5, 2.0, 0.0], [1.0, 1.0, 0.5, 3.0, -2.0]])  # [2, 5]
-_generated = torch.tensor([[3, 1, 1], [4, 4, 4]])  # [2, 3]
-_expected = torch.tensor([[0.5, -2.0, 1.5, 1.0, 0.0], [1.0, 1.0, 0.5, 3.0, -4.0]])
-_before = _logits.clone()
-_out = repetition_penalty(_logits, _generated, 2.0)
-assert torch.equal(_logits, _before), "repetition_penalty changed its input: return a new tensor"
-assert isinstance(_out, torch.Tensor) and _out.shape == (2, 5), (
-    f"expected logits of shape (2, 5), got "
-    f"{tuple(_out.shape) if isinstance(_out, torch.Tensor) else type(_out).__name__}")
-for _row, _col in (_out != _expected).nonzero().tolist():
-    _was = _logits[_row, _col].item()
-    _why = ("it was never generated: leave it" if _col not in _generated[_row].tolist()
-            else f"it was generated: {'divide' if _was > 0 else 'multiply'} it by the penalty, once")
-    raise AssertionError(f"row {_row}, token {_col}: logit {_was} should become "
-                         f"{_expected[_row, _col].item()}, got {_out[_row, _col].item()} ({_why})")
+_check_penalty(torch.tensor([[0.5, -1.0, 1.5, 2.0, 0.0], [1.0, 1.0, 0.5, 3.0, -2.0]]),  # [2, 5]
+               torch.tensor([[3, 1, 1], [4, 4, 4]]), 2.0,
+               torch.tensor([[0.5, -2.0, 1.5, 1.0, 0.0], [1.0, 1.0, 0.5, 3.0, -4.0]]))
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(21)
+_logits = torch.randn(3, 11, generator=_g)
+_generated = torch.randint(0, 11, (3, 6), generator=_g)
+_seen = torch.zeros(3, 11, dtype=torch.bool).scatter(1, _generated, True)
+_check_penalty(_logits, _generated, 1.3,
+               torch.where(_seen, torch.where(_logits > 0, _logits / 1.3, _logits * 1.3), _logits))
+_check_penalty(torch.tensor([[-0.5, 4.0, 1.0]]), torch.tensor([[0]]), 10.0,  # one row, one token
+               torch.tensor([[-5.0, 4.0, 1.0]]))
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -2240,9 +2267,10 @@ print("ex2 passed")
 # Write `kv_cache_bytes(num_layers, batch, length, d_model, bytes_per_value=4)`: the
 # memory of the decoder's *self-attention* cache after `length` positions (keys and
 # values, every layer, every head; heads split `d_model`, so their number does not
-# matter). The check compares it with the tensors in a real `IncrementalDecoder`'s
-# caches, in float32 (4 bytes a value) and in float16 (2 bytes), and with the paper's
-# base model: 6 layers, d_model 512, float32, a batch of 32 sentences of 128 tokens.
+# matter). It is a formula: every torch function raises while the check runs it. The
+# check compares it with the tensors in a real `IncrementalDecoder`'s caches, in float32
+# (4 bytes a value) and in float16 (2 bytes), and with the paper's base model: 6 layers,
+# d_model 512, float32, a batch of 32 sentences of 128 tokens.
 
 # %%
 def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
@@ -2255,26 +2283,50 @@ def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
 
 # %%
 #| check ex3-cache-bytes
-# A real cache: 3 sentences, 6 decoding steps, the translator's 2 layers and d_model 64.
-_src = encode_source(["I love apples", "we did not eat bananas yesterday", "she eats pears"])
-with eval_mode(model):
-    _step = IncrementalDecoder(model, model.encode(_src), model.make_src_mask(_src))
-    _tokens = torch.full((3, 1), BOS_ID)  # [3, 1]
-    for _ in range(6):
-        _tokens = torch.cat([_tokens, _step(_tokens).argmax(-1, keepdim=True)], dim=1)
-_self = [t for c in _step.caches for t in c["self"].values()]  # k and v of each layer
-_args = dict(num_layers=len(model.decoder.layers), batch=3, length=6, d_model=model.generator.in_features)
-for _dtype, _bytes in ((torch.float32, 4), (torch.float16, 2)):
-    _real = sum(t.numel() * t.to(_dtype).element_size() for t in _self)
-    _mine = kv_cache_bytes(**_args, bytes_per_value=_bytes)
-    assert _mine == _real, (
-        f"{_args}, {_bytes} bytes a value: the caches hold {len(_self)} tensors (k and v per layer) "
-        f"of shape {tuple(_self[0].shape)} [batch, heads, length, d_head] = {_real:,} bytes; "
-        f"kv_cache_bytes says {_mine:,}")
-_base = kv_cache_bytes(6, 32, 128, 512)
+from transformer.generation import IncrementalDecoder as _Decoder  # the exported class
+from transformer.model import Transformer as _Transformer
+
+
+class _NoTorch(torch.overrides.TorchFunctionMode):
+    """While your function runs, every torch function raises: the answer is a formula."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise AssertionError(f"exercise 3 asks for a formula; your function called "
+                             f"{getattr(func, '__name__', func)}")
+
+
+def _check_cache(layers, d_model, heads, batch, steps, seed):
+    torch.manual_seed(seed)
+    model = _Transformer(20, 20, d_model=d_model, num_heads=heads, num_encoder_layers=1,
+                         num_decoder_layers=layers, d_ff=2 * d_model).eval()
+    src = torch.randint(3, 20, (batch, 4))
+    with torch.no_grad():
+        step = _Decoder(model, model.encode(src), model.make_src_mask(src))
+        tokens = torch.full((batch, 1), 1)  # <bos>
+        for _ in range(steps):
+            tokens = torch.cat([tokens, step(tokens).argmax(-1, keepdim=True)], dim=1)
+    cached = [t for c in step.caches for t in c["self"].values()]  # k and v of each layer
+    args = dict(num_layers=layers, batch=batch, length=steps, d_model=d_model)
+    for dtype, size in ((torch.float32, 4), (torch.float16, 2)):
+        real = sum(t.numel() * t.to(dtype).element_size() for t in cached)
+        with _NoTorch():
+            mine = kv_cache_bytes(**args, bytes_per_value=size)
+        assert mine == real, (
+            f"{args}, {size} bytes a value: the caches hold {len(cached)} tensors (k and v per "
+            f"layer) of shape {tuple(cached[0].shape)} [batch, heads, length, d_head] = "
+            f"{real:,} bytes; kv_cache_bytes says {mine:,}")
+
+
+_check_cache(layers=2, d_model=32, heads=4, batch=3, steps=6, seed=3)
+with _NoTorch():
+    _base = kv_cache_bytes(6, 32, 128, 512)
 assert _base == 96 * 2**20, (
     f"the paper's base model (6 layers, batch 32, 128 tokens, d_model 512, float32) needs "
     f"96 MiB = {96 * 2**20:,} bytes, got {_base:,}")
+### BEGIN HIDDEN TESTS
+_check_cache(layers=3, d_model=24, heads=2, batch=1, steps=1, seed=31)
+_check_cache(layers=1, d_model=40, heads=5, batch=2, steps=9, seed=32)
+### END HIDDEN TESTS
 print("ex3 passed")
 
 # %% [markdown]
@@ -2282,7 +2334,7 @@ print("ex3 passed")
 # One step of beam search for one source: `scores` [K, V] holds the score of extending
 # hypothesis k by token v. Write `best_extensions(scores, k)` returning two LongTensors
 # [k], `beams` and `tokens`, for the k best (beam, token) pairs in decreasing order of
-# score. The check tests a hand-made case and a random one against a brute-force sort.
+# score. The check tests a hand-made case and random ones against a brute-force sort.
 
 # %%
 def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -2294,22 +2346,44 @@ def best_extensions(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
 
 
 # %%
-#| check ex4-beam-step
+#| check ex4-beam-step points=2
+def _check_beams(scores, k):
+    out = best_extensions(scores, k)
+    assert isinstance(out, tuple) and len(out) == 2, "return a pair (beams, tokens)"
+    b, t = out
+    want = sorted(((float(scores[i, j]), i, j) for i in range(scores.size(0))
+                   for j in range(scores.size(1))), reverse=True)[:k]
+    want_b, want_t = [i for _, i, _ in want], [j for _, _, j in want]
+    assert b.tolist() == want_b and t.tolist() == want_t, (
+        f"scores [K={scores.size(0)}, V={scores.size(1)}], k={k}: expected beams {want_b} and "
+        f"tokens {want_t} (best first), got beams {b.tolist()} and tokens {t.tolist()}")
+
+
 # By hand: K = 2 beams, V = 4 tokens, k = 3. The three best are 0.95 (beam 1, token 2),
 # 0.9 (beam 0, token 1) and 0.8 (beam 1, token 0): the best three may share a beam.
-_hand = torch.tensor([[0.1, 0.9, 0.0, 0.3], [0.8, 0.2, 0.95, 0.05]])  # [K=2, V=4]
-_random = torch.randn(3, 7, generator=torch.Generator().manual_seed(1))  # [K=3, V=7]
-for _scores, _k in ((_hand, 3), (_random, 5)):
-    _out = best_extensions(_scores, _k)
-    assert isinstance(_out, tuple) and len(_out) == 2, "return a pair (beams, tokens)"
-    _b, _t = _out
-    _want = sorted(((float(_scores[i, j]), i, j) for i in range(_scores.size(0))
-                    for j in range(_scores.size(1))), reverse=True)[:_k]
-    _want_b, _want_t = [i for _, i, _ in _want], [j for _, _, j in _want]
-    assert _b.tolist() == _want_b and _t.tolist() == _want_t, (
-        f"scores [K={_scores.size(0)}, V={_scores.size(1)}], k={_k}: expected beams {_want_b} and "
-        f"tokens {_want_t} (best first), got beams {_b.tolist()} and tokens {_t.tolist()}")
+_check_beams(torch.tensor([[0.1, 0.9, 0.0, 0.3], [0.8, 0.2, 0.95, 0.05]]), 3)  # [K=2, V=4]
+_check_beams(torch.randn(3, 7, generator=torch.Generator().manual_seed(1)), 5)  # [K=3, V=7]
+### BEGIN HIDDEN TESTS
+_check_beams(torch.randn(1, 9, generator=torch.Generator().manual_seed(41)), 4)  # one beam
+_check_beams(torch.randn(5, 3, generator=torch.Generator().manual_seed(42), dtype=torch.float64), 6)
+_check_beams(torch.randn(4, 2, generator=torch.Generator().manual_seed(43)), 8)  # every pair
+### END HIDDEN TESTS
 print("ex4 passed")
+
+# %% [markdown]
+# Greedy decoding takes the most probable token at every step. Give a small example, with
+# two steps and made-up probabilities, where it does not find the most probable
+# two-token output, and say why beam search with $K = 2$ finds it. Answer in a few
+# sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# Suppose the first token is A with probability 0.6 or B with 0.4. After A the next token
+# is spread thin (at best 0.3), after B one token is nearly certain (0.9). Greedy takes A
+# and ends with at most $0.6 \times 0.3 = 0.18$, while B followed by its likely token has
+# $0.4 \times 0.9 = 0.36$. Greedy committed to the locally best prefix and never looked at
+# B again; a beam of 2 keeps both A and B after the first step, scores every extension of
+# both, and the best two-token output, B then its likely token, wins.
 
 # %% [markdown]
 # ## Summary

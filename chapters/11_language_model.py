@@ -1675,6 +1675,10 @@ print("all checks passed")
 # %% [markdown]
 # ## Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other shapes,
+# window lengths, poems and streams): write what the text asks for, not what fits the
+# messages.
+#
 # ### Exercise 1 · Perplexity from logits
 # Write `perplexity_of(logits, labels)`: logits [B, T, V] are a model's raw scores,
 # labels [B, T] the true next tokens, where `IGNORE_INDEX` marks a position to skip. Return
@@ -1695,21 +1699,49 @@ def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 # %%
 #| check ex1-perplexity
+from transformer.training import IGNORE_INDEX as _IGNORE
+
+
+def _check_perplexity(logits, labels, what):
+    counted = int((labels != _IGNORE).sum())
+    want = math.exp(F.cross_entropy(logits.flatten(0, 1).double(), labels.flatten(),
+                                    ignore_index=_IGNORE).item())
+    got = perplexity_of(logits, labels)
+    assert isinstance(got, float), f"return a Python float, got {type(got).__name__}"
+    assert abs(got - want) < 1e-4 * want, (
+        f"{what}: expected perplexity {want:.4f} (exp of the mean of -log softmax(logits)[label] "
+        f"over the {counted} counted labels), got {got:.4f}")
+
+
 _g = torch.Generator().manual_seed(0)
-_logits = torch.randn(3, 5, 11, generator=_g) * 2  # [B=3, T=5, V=11]
 _labels = torch.randint(4, 11, (3, 5), generator=_g)
-_labels[0, 3:] = IGNORE_INDEX  # a padded tail, and one skipped position inside a row
-_labels[2, 1] = IGNORE_INDEX
-_want = math.exp(F.cross_entropy(_logits.flatten(0, 1), _labels.flatten(), ignore_index=IGNORE_INDEX).item())
-_got = perplexity_of(_logits, _labels)
-assert isinstance(_got, float), f"return a Python float, got {type(_got).__name__}"
-assert abs(_got - _want) < 1e-4 * _want, (
-    f"expected perplexity {_want:.4f} (exp of the mean of -log softmax(logits)[label] over the "
-    f"12 counted labels), got {_got:.4f}")
-_flat = torch.zeros(2, 4, 7)  # a uniform model over V = 7 tokens
-assert abs(perplexity_of(_flat, torch.full((2, 4), 5)) - 7) < 1e-4, (
-    f"a uniform model over 7 tokens has perplexity 7, got {perplexity_of(_flat, torch.full((2, 4), 5)):.4f}")
+_labels[0, 3:] = _IGNORE  # a padded tail, and one skipped position inside a row
+_labels[2, 1] = _IGNORE
+_check_perplexity(torch.randn(3, 5, 11, generator=_g) * 2, _labels, "logits [3, 5, 11]")
+_check_perplexity(torch.zeros(2, 4, 7), torch.full((2, 4), 5), "a uniform model over 7 tokens")
+### BEGIN HIDDEN TESTS
+_labels = torch.randint(0, 30, (1, 9), generator=_g)
+_labels[0, ::2] = _IGNORE  # every other position skipped
+_check_perplexity(torch.randn(1, 9, 30, generator=_g, dtype=torch.float64) * 4, _labels,
+                  "float64 logits [1, 9, 30], half the labels skipped")
+_check_perplexity(torch.randn(4, 1, 3, generator=_g), torch.tensor([[0], [1], [2], [_IGNORE]]),
+                  "one position per row")
+### END HIDDEN TESTS
 print("ex1 passed")
+
+# %% [markdown]
+# The test poems' perplexity under our model is printed in section 8. Say in one or two
+# sentences what a perplexity of $P$ means in terms of choices, and why a model that
+# spreads its probability evenly over $V$ tokens has perplexity exactly $V$.
+
+# %% [markdown]
+# <!-- #| answer ex1-why points=1 -->
+# Perplexity is $\exp$ of the average negative log-probability of the right token, so the
+# model is on average as uncertain as if it chose uniformly among $P$ equally likely
+# tokens at every position ("effective number of choices"). A uniform model gives every
+# token probability $1/V$, so every term is $-\log(1/V) = \log V$ and the perplexity is
+# $\exp(\log V) = V$: a trained model should be far below the vocabulary's size, and
+# below the counting baselines.
 
 # %% [markdown]
 # ### Exercise 2 · One training window by hand
@@ -1717,7 +1749,7 @@ print("ex1 passed")
 # `stream` ([N] ids) that starts at `start`, as `random_windows` cuts it: inputs are
 # `seq_len` ids from `start`, labels the `seq_len` ids after each of them, with every
 # `<bos>` label replaced by `IGNORE_INDEX`. Return a pair of 1-D tensors. The check compares it
-# with the rows of `sequential_windows` on a stream of two short poems, where a window
+# with the rows of `sequential_windows` on a stream of short poems, where a window
 # crosses from one poem into the next.
 
 # %%
@@ -1731,22 +1763,38 @@ def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Ten
 
 
 # %%
-#| check ex2-window
-_stream = encode_stream(["春眠不觉晓", "处处闻啼鸟", "夜来风雨声"], vocab)  # 3 x 7 ids
-_inputs, _labels = sequential_windows(_stream, 5)  # [4, 5] each: windows start at 0, 5, 10, 15
-for _row in range(4):
-    _out = window_at(_stream, 5 * _row, 5)
-    assert isinstance(_out, tuple) and len(_out) == 2, "return a pair (inputs, labels)"
-    _mine_in, _mine_lab = _out
-    assert _mine_in.shape == (5,) and _mine_lab.shape == (5,), (
-        f"window at {5 * _row}: expected inputs and labels of shape (5,), got "
-        f"{tuple(_mine_in.shape)} and {tuple(_mine_lab.shape)}")
-    _show = lambda t: "".join("·" if i == IGNORE_INDEX else vocab.itos[i] for i in t.tolist())  # noqa: E731
-    assert torch.equal(_mine_in, _inputs[_row]), (
-        f"window at {5 * _row}: inputs should be {_show(_inputs[_row])}, got {_show(_mine_in)}")
-    assert torch.equal(_mine_lab, _labels[_row]), (
-        f"window at {5 * _row}: labels should be {_show(_labels[_row])} (the inputs shifted by one, "
-        f"<bos> replaced by IGNORE_INDEX, shown ·), got {_show(_mine_lab)}")
+#| check ex2-window points=2
+from transformer.text import CharVocab as _Vocab, encode_stream as _encode, sequential_windows as _windows
+from transformer.training import IGNORE_INDEX as _IGNORE
+
+
+def _check_window(poems, seq_len, starts):
+    vocab = _Vocab.build(poems)
+    stream = _encode(poems, vocab)
+
+    def show(t):
+        return "".join("·" if i == _IGNORE else vocab.itos[i] for i in t.tolist())
+
+    for start in starts:
+        inputs, labels = _windows(stream[start:], seq_len)  # its first row starts at `start`
+        out = window_at(stream, start, seq_len)
+        assert isinstance(out, tuple) and len(out) == 2, "return a pair (inputs, labels)"
+        mine_in, mine_lab = out
+        assert mine_in.shape == (seq_len,) and mine_lab.shape == (seq_len,), (
+            f"window of {seq_len} at {start}: expected inputs and labels of shape ({seq_len},), "
+            f"got {tuple(mine_in.shape)} and {tuple(mine_lab.shape)}")
+        assert torch.equal(mine_in, inputs[0]), (
+            f"window of {seq_len} at {start}: inputs should be {show(inputs[0])}, got {show(mine_in)}")
+        assert torch.equal(mine_lab, labels[0]), (
+            f"window of {seq_len} at {start}: labels should be {show(labels[0])} (the inputs shifted "
+            f"by one, <bos> replaced by IGNORE_INDEX, shown ·), got {show(mine_lab)}")
+
+
+_check_window(["春眠不觉晓", "处处闻啼鸟", "夜来风雨声"], 5, [0, 5, 10, 15])  # 3 x 7 ids
+### BEGIN HIDDEN TESTS
+_check_window(["白日依山尽", "黄河入海流", "欲穷千里目", "更上一层楼"], 8, [3, 6, 13, 19])
+_check_window(["床前明月光", "疑是地上霜"], 1, [0, 6, 12])  # windows of one token
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -1769,8 +1817,23 @@ def regulated_poem(text: str) -> int | None:
 
 
 # %%
-#| check ex3-regulated
-_cases = {
+#| check ex3-regulated points=2
+from transformer.text import verse_form as _verse_form  # the exported function
+
+
+def _reference(text):
+    forms = [_verse_form(line) for line in text.split("\n")]
+    return forms[0] if len(forms) in (2, 4) and forms[0] and len(set(forms)) == 1 else None
+
+
+def _check_poems(cases):
+    for text, want in cases.items():
+        got = regulated_poem(text)
+        assert got == want == _reference(text), (
+            f"regulated_poem({text!r}) should be {want}, got {got}")
+
+
+_check_poems({
     "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。": 5,  # 李白, 夜思: a five-character jueju
     "两个黄鹂鸣翠柳，一行白鹭上青天。\n窗含西岭千秋雪，门泊东吴万里船。": 7,
     "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n床前明月光，疑是地上霜。\n举头望明月，低头思故乡。": 5,
@@ -1779,18 +1842,99 @@ _cases = {
     "床前明月光，疑是地上霜。\n窗含西岭千秋雪，门泊东吴万里船。": None,  # 5 then 7
     "窗含西岭千秋雪，门泊东吴万里船。\n床前明月光，疑是地上霜。": None,  # 7 then 5
     "床前明月光，疑是地上霜。\n举头望明月，低头思故乡": None,  # the last mark is missing
-}
-_tang = split.test
-_cases[next(d.text for d in documents if d.author == "畅当" and d.title == "登鹳雀楼")] = 5
-for _text, _want in _cases.items():
-    _got = regulated_poem(_text)
-    assert _got == _want, f"regulated_poem({_text!r}) should be {_want}, got {_got}"
-_count = sum(regulated_poem(d.text) is not None for d in _tang)
-assert _count == sum(1 for d in _tang if len(d.text.split("\n")) in (2, 4)
-                     and len({verse_form(line) for line in d.text.split("\n")} - {None}) == 1
-                     and None not in {verse_form(line) for line in d.text.split("\n")}), (
-    f"on the {len(_tang):,} test poems your function finds {_count:,} regulated poems; recount")
-print(f"ex3 passed: {_count:,} of the {len(_tang):,} test poems are regulated poems of 2 or 4 couplets")
+})
+### BEGIN HIDDEN TESTS
+_check_poems({  # poems of the test split, and four near misses
+    "移步出词林，停舆欣武宴。\n雕弓写明月，骏马疑流电。\n惊雁落虚弦，啼猿悲急箭。\n阅赏诚多美，于兹乃忘倦。": 5,
+    "烟生遥岸隐，月落半崖阴。\n连山惊鸟乱，隔岫断猿吟。": 5,
+    "神皐福地三秦邑，玉台金阙九仙家。\n寒光犹恋甘泉树，淑景偏临建始花。\n"
+    "彩蝶黄鸎未歌舞，梅香柳色已矜夸。\n迎春正启流霞席，暂嘱曦轮勿遽斜。": 7,
+    "澄潭皎镜石崔巍，万壑千岩暗绿苔。\n林亭自有幽贞趣，况复秋深爽气来。": 7,
+    "昔闻有耆叟，河上独遗荣。\n迹与尘嚻隔，心将道德并。\n讵以天地累，宁为宠辱惊。\n"
+    "矫然翔寥廓，如何屈坚贞。\n玄玄妙门启，肃肃祠宇清。\n冥漠无先后，那能纪姓名。": None,  # six couplets
+    "言旋云洞兮蹑烟涂，永宁中宇兮安下都。\n包涵动植兮顺荣枯，长贻宝贶兮赞璇图。": None,  # 8 + 兮
+    "春末冬暮，徂夏杪秋。\n土王四月，时季一周。\n黍稷已享，笾豆宜收。\n送神有乐，神其赐休。": None,  # fours
+    "蓼花蘸水火不灭，水鸟惊鱼银梭投。\n满目荷花千万顷，红碧相杂敷清流。\n孙武已斩吴宫女，琉璃池上佳人头。": None,
+    "春眠不觉晓处，处闻啼鸟。\n夜来风雨声，花落知多少。": None,  # the right length, halves 6 and 4
+    "床前明月光，疑是地上霜；\n举头望明月，低头思故乡。": None,  # a semicolon ends the couplet
+})
+### END HIDDEN TESTS
+print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Find the bug: the unigram's smoothing
+# Section 4's unigram model adds one to the count of every token that **may be a label**.
+# The function below adds one to every token of the vocabulary. Write
+# `unigram_probs(stream, vocab_size)`, a corrected version: the probabilities `[V]` of the
+# unigram model counted from a training stream, as `BigramLanguageModel(stream, V,
+# weight=0.0)` holds them, with the labels taken as section 3 takes them
+# (`next_token_labels` of the stream shifted by one, `IGNORE_INDEX` skipped). The check
+# compares with that model on streams of its own.
+
+# %%
+def unigram_probs_with_a_bug(stream: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Add-one smoothed unigram over the labels of a stream: one added to every token."""
+    labels = next_token_labels(stream[1:])
+    labels = labels[labels != IGNORE_INDEX]
+    counts = torch.bincount(labels, minlength=vocab_size).float() + 1
+    return counts / counts.sum()
+
+
+# %%
+def unigram_probs(stream: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] add-one smoothed probabilities of the labels of `stream`; 0 for <pad> and <bos>."""
+    ### BEGIN SOLUTION
+    labels = next_token_labels(stream[1:])
+    labels = labels[labels != IGNORE_INDEX]
+    counts = torch.bincount(labels, minlength=vocab_size).float() + 1
+    counts[[PAD_ID, BOS_ID]] = 0.0  # never a label: no probability, no smoothing
+    return counts / counts.sum()
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-unigram points=2
+from transformer.lm import BigramLanguageModel as _Bigram  # the exported class
+from transformer.text import CharVocab as _Vocab, encode_stream as _encode
+
+
+def _check_unigram(poems, extra_tokens):
+    vocab = _Vocab.build(poems)
+    stream = _encode(poems, vocab)
+    size = len(vocab) + extra_tokens  # a vocabulary may hold tokens this stream never uses
+    want = _Bigram(stream, size, weight=0.0).unigram
+    got = unigram_probs(stream, size)
+    assert isinstance(got, torch.Tensor) and got.shape == (size,), (
+        f"expected probabilities of shape ({size},), got "
+        f"{tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    gap = (got.double() - want.double()).abs().max().item()
+    if gap > 1e-6:
+        worst = int((got.double() - want.double()).abs().argmax())
+        raise AssertionError(
+            f"token {worst} ({vocab.itos[worst] if worst < len(vocab) else 'unused'}): expected "
+            f"p = {want[worst].item():.5f}, got {got[worst].item():.5f}. Add one to the count of "
+            "every token that may be a label, none to <pad> and <bos>, then normalise")
+
+
+_check_unigram(["春眠不觉晓", "处处闻啼鸟", "夜来风雨声"], extra_tokens=0)
+### BEGIN HIDDEN TESTS
+_check_unigram(["白日依山尽", "黄河入海流"], extra_tokens=5)
+_check_unigram(["人人人"], extra_tokens=1)
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# Why must `<pad>` and `<bos>` get probability exactly 0 here, and why add one to the
+# other counts at all? Answer in two or three sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# `<pad>` and `<bos>` are never labels (the loss skips them), so a model that gives them
+# probability wastes it, and a sampler could draw them: `<pad>` in the middle of a poem,
+# or a `<bos>` that starts a new poem mid-line. Adding one to every token that may be a
+# label gives the tokens seen rarely or never in training (held-out characters, `<unk>`)
+# a small probability instead of 0, so a test text that contains one does not get an
+# infinite loss and perplexity.
 
 # %% [markdown]
 # ## Summary

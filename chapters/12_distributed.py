@@ -1509,6 +1509,15 @@ assert math.exp(lm_metrics["valid_loss"]) < 0.5 * len(lm_vocab)  # it learned: f
 #
 # ## Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other shard
+# sizes, model sizes, world sizes): write what the text asks for, not what fits the
+# messages.
+
+# %%
+import torch.nn.functional as F
+from torch import nn
+
+# %% [markdown]
 # ### Exercise 1 · The loss of the whole batch
 # Each of $W$ processes reports the mean loss per token of its shard and its token
 # count. Write `global_mean_loss(losses, tokens)` (two lists of equal length) that
@@ -1525,13 +1534,24 @@ def global_mean_loss(losses: list[float], tokens: list[int]) -> float:
 
 # %%
 #| check ex1-global-loss
-_cases = [([2.0, 4.0], [30, 10], 2.5), ([1.0, 1.0, 4.0], [10, 10, 20], 2.5), ([3.0], [7], 3.0),
-          ([1.5, 1.5], [5, 15], 1.5)]
-for _losses, _tokens, _want in _cases:
-    _got = global_mean_loss(_losses, _tokens)
-    assert isinstance(_got, float) and abs(_got - _want) < 1e-9, (
-        f"losses {_losses} over {_tokens} tokens: the whole batch's mean is {_want} "
-        f"(weight each loss by its tokens, divide by all tokens), got {_got!r}")
+def _check_global_loss(cases):
+    for losses, tokens, want in cases:
+        got = global_mean_loss(list(losses), list(tokens))
+        assert isinstance(got, float) and abs(got - want) < 1e-9 * max(1.0, abs(want)), (
+            f"losses {losses} over {tokens} tokens: the whole batch's mean is {want:.6g} "
+            f"(weight each loss by its tokens, divide by all tokens), got {got!r}")
+
+
+_check_global_loss([([2.0, 4.0], [30, 10], 2.5), ([1.0, 1.0, 4.0], [10, 10, 20], 2.5),
+                    ([3.0], [7], 3.0), ([1.5, 1.5], [5, 15], 1.5)])
+### BEGIN HIDDEN TESTS
+_g = torch.Generator().manual_seed(12)
+for _w in (2, 5, 8):
+    _losses = (torch.rand(_w, generator=_g, dtype=torch.float64) * 5).tolist()
+    _tokens = torch.randint(1, 500, (_w,), generator=_g).tolist()
+    _want = sum(loss * n for loss, n in zip(_losses, _tokens, strict=True)) / sum(_tokens)
+    _check_global_loss([(_losses, _tokens, _want)])
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
@@ -1540,7 +1560,8 @@ print("ex1 passed")
 # $2 (W - 1) / W \cdot P$ values: $(W-1)/W \cdot P$ while the partial sums go round the
 # ring (reduce-scatter), as many again while the finished sums go round (all-gather).
 # Write `ring_allreduce_bytes(num_params, world_size, bytes_per_value=4)`: the bytes
-# one process sends per step (as an int). One process sends nothing.
+# one process sends per step (as an int). One process sends nothing. It is a formula:
+# every torch function raises while the check runs it.
 
 # %%
 def ring_allreduce_bytes(num_params: int, world_size: int, bytes_per_value: int = 4) -> int:
@@ -1552,12 +1573,29 @@ def ring_allreduce_bytes(num_params: int, world_size: int, bytes_per_value: int 
 
 # %%
 #| check ex2-allreduce-bytes
-for _args, _want in [((1000, 2, 4), 4000), ((1000, 8, 4), 7000), ((65_000_000, 8, 2), 227_500_000),
-                     ((500, 1, 4), 0), ((1000, 4, 4), 6000)]:
-    _got = ring_allreduce_bytes(*_args)
-    assert _got == _want, (
-        f"ring_allreduce_bytes{_args}: each process sends 2 (W-1)/W of the values, "
-        f"{_want:,} bytes; got {_got!r}")
+class _NoTorch(torch.overrides.TorchFunctionMode):
+    """While your function runs, every torch function raises: the answer is a formula."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        raise AssertionError(f"exercise 2 asks for a formula; your function called "
+                             f"{getattr(func, '__name__', func)}")
+
+
+def _check_bytes(cases):
+    for args, want in cases:
+        with _NoTorch():
+            got = ring_allreduce_bytes(*args)
+        assert isinstance(got, int) and got == want, (
+            f"ring_allreduce_bytes{args}: each process sends 2 (W-1)/W of the values, "
+            f"{want:,} bytes; got {got!r}")
+
+
+_check_bytes([((1000, 2, 4), 4000), ((1000, 8, 4), 7000), ((65_000_000, 8, 2), 227_500_000),
+              ((500, 1, 4), 0), ((1000, 4, 4), 6000)])
+### BEGIN HIDDEN TESTS
+_check_bytes([((213_000_000, 16, 2), 798_750_000), ((3_000, 3, 1), 4_000), ((7, 7, 8), 96),
+              ((10**17 + 3, 3, 1), (4 * 10**17 + 12) // 3)])  # past a float's 53 bits: integers only
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -1577,13 +1615,100 @@ def resume_position(step: int, batches_per_epoch: int) -> tuple[int, int]:
 
 # %%
 #| check ex3-resume-position
-for _step, _per, _want in [(10, 4, (2, 2)), (0, 4, (0, 0)), (4, 4, (1, 0)), (3, 4, (0, 3)), (7, 1, (7, 0)),
-                           (13, 5, (2, 3))]:
-    _got = resume_position(_step, _per)
-    assert tuple(_got) == _want, (
-        f"after {_step} steps with {_per} batches per epoch, the next batch is number {_want[1]} of "
-        f"epoch {_want[0]} (counting from 0); got {_got!r}")
+def _check_resume(cases):
+    for step, per, want in cases:
+        got = resume_position(step, per)
+        assert isinstance(got, tuple) and got == want, (
+            f"after {step} steps with {per} batches per epoch, the next batch is number {want[1]} "
+            f"of epoch {want[0]} (counting from 0): expected the tuple {want}, got {got!r}")
+
+
+_check_resume([(10, 4, (2, 2)), (0, 4, (0, 0)), (4, 4, (1, 0)), (3, 4, (0, 3)), (7, 1, (7, 0)),
+               (13, 5, (2, 3))])
+### BEGIN HIDDEN TESTS
+_check_resume([(99_999, 1000, (99, 999)), (6, 7, (0, 6)), (49, 7, (7, 0))])
+### END HIDDEN TESTS
 print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · Find the bug: accumulated gradients
+# With `micro_batches=k` the train command accumulates gradients over $k$ pieces of a
+# batch before one update. The function below does it the way many first attempts do:
+# it adds up each piece's mean loss divided by $k$. Its gradient is right only when every
+# piece holds as many tokens. Write `accumulate(model, pieces)`, a corrected version:
+# after it, the gradients in `model`'s parameters are those of the **whole batch's**
+# mean loss per token, whatever the pieces' sizes (start from zero gradients; each piece
+# is `(inputs [n, d], targets [n])`, and a target of `-100` is padding, as in
+# `F.cross_entropy`). The check compares with one backward pass on the whole batch.
+
+# %%
+def accumulate_with_a_bug(model: nn.Module, pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Gradients of the mean of the pieces' mean losses: right for pieces of equal size only."""
+    model.zero_grad()
+    for inputs, targets in pieces:
+        (F.cross_entropy(model(inputs), targets) / len(pieces)).backward()
+
+
+# %%
+def accumulate(model: nn.Module, pieces: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Leave in model's parameters the gradient of the whole batch's mean loss per token."""
+    ### BEGIN SOLUTION
+    model.zero_grad()
+    total = sum(int((targets != -100).sum()) for _, targets in pieces)
+    for inputs, targets in pieces:
+        (F.cross_entropy(model(inputs), targets, reduction="sum") / total).backward()
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-accumulate points=2
+def _check_accumulate(sizes, d, classes, padding, seed):
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(d, 8), nn.Tanh(), nn.Linear(8, classes))
+    pieces = []
+    for n in sizes:
+        targets = torch.randint(0, classes, (n,), generator=g)
+        targets[torch.rand(n, generator=g) < padding] = -100  # padding, as in a padded batch
+        pieces.append((torch.randn(n, d, generator=g), targets))
+    model.zero_grad()
+    F.cross_entropy(model(torch.cat([p[0] for p in pieces])), torch.cat([p[1] for p in pieces])).backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():  # leftovers that a right answer must clear first
+        p.grad = torch.randn_like(p)
+    accumulate(model, pieces)
+    for (name, p), w in zip(model.named_parameters(), want, strict=True):
+        assert p.grad is not None, f"{name} has no gradient after accumulate"
+        gap = (p.grad - w).abs().max().item()
+        assert gap < 1e-6, (
+            f"pieces of {sizes} items ({sum(int((t != -100).sum()) for _, t in pieces)} real "
+            f"tokens): the gradient of {name} differs from the whole batch's by up to {gap:.3g}. "
+            "Each piece's loss must count as many times as it has real tokens: sum the token "
+            "losses and divide by the whole batch's tokens (and start from zero gradients)")
+
+
+_check_accumulate([6, 2, 9], d=4, classes=5, padding=0.0, seed=4)
+### BEGIN HIDDEN TESTS
+_check_accumulate([5, 5, 5, 5], d=3, classes=7, padding=0.3, seed=41)  # equal sizes, uneven padding
+_check_accumulate([12], d=6, classes=2, padding=0.0, seed=42)  # one piece
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# With Adam, forgetting the division by $k$ altogether (adding up the pieces' mean
+# losses) barely changes training, while with plain SGD it multiplies the step by $k$.
+# Why? And name one part of our training step on which the size of the gradient still
+# matters with Adam. Answer in a few sentences.
+
+# %% [markdown]
+# <!-- #| answer ex4-why points=1 -->
+# Adam divides each update by a running estimate of the gradient's root mean square, so
+# multiplying every gradient by the same $k$ multiplies numerator and denominator alike
+# and the step stays the same (apart from $\epsilon$); SGD's step is the learning rate
+# times the gradient itself, so it grows $k$ times. The size still matters where the raw
+# gradient is used: gradient clipping compares the global norm with a fixed `max_norm`
+# (the norm would be $k$ times larger, so clipping kicks in when it should not), the
+# logged gradient norm, and $\epsilon$'s share when gradients are tiny.
 
 # %% [markdown]
 # ## Summary

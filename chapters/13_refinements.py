@@ -850,12 +850,17 @@ plt.show()
 # %% [markdown]
 # ## 8 · Exercises
 #
+# When your notebook is graded, each check also tries cases you do not see (other shapes,
+# `eps`, positions, head counts, dtypes): write what the text asks for, not what fits the
+# messages.
+#
 # ### Exercise 1 · RMSNorm by hand
 # Write `rms_norm(x, weight, eps)`: normalise the last axis of `x` (any shape `[..., d]`)
 # by its root mean square, $x / \sqrt{\tfrac1d \sum_j x_j^2 + \epsilon}$, then multiply by
-# `weight` ($\gamma$, shape `[d]`). Do not call `F.rms_norm` or `nn.RMSNorm`. The check
-# compares with `F.rms_norm` on inputs with a non-zero mean and on tiny inputs, where the
-# place of $\epsilon$ matters.
+# `weight` ($\gamma$, shape `[d]`), with the `eps` it is given. `F.rms_norm` and
+# `nn.RMSNorm` raise while the check runs your function. The check compares with
+# `F.rms_norm` on inputs with a non-zero mean, on tiny inputs (where the place of
+# $\epsilon$ matters) and with several values of `eps`.
 
 # %%
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -867,25 +872,54 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
 # %%
 #| check ex1-rmsnorm
-_g = torch.Generator().manual_seed(0)
-for _shape, _shift, _scale in [((3, 5, 8), 2.0, 1.0), ((8,), 0.5, 3.0), ((2, 4, 8), 0.0, 1e-4)]:
-    _x = torch.randn(_shape, generator=_g) * _scale + _shift * _scale
-    _w = torch.randn(8, generator=_g)
-    _want = F.rms_norm(_x, (8,), _w, eps=1e-6)
-    _got = rms_norm(_x, _w, 1e-6)
-    assert isinstance(_got, torch.Tensor) and _got.shape == _x.shape, (
-        f"expected a tensor of shape {tuple(_x.shape)}, got {getattr(_got, 'shape', type(_got).__name__)}")
-    assert torch.allclose(_got, _want, atol=1e-5, rtol=1e-4), (
-        f"input of shape {_shape}, mean {_shift * _scale:g}, scale {_scale:g}: largest difference from "
-        f"F.rms_norm {(_got - _want).abs().max().item():.3g} (no mean subtracted; eps inside the square root)")
+class _NoRMSNorm(torch.overrides.TorchFunctionMode):
+    """While your function runs, F.rms_norm (which nn.RMSNorm calls) raises."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "rms_norm" in getattr(func, "__name__", ""):
+            raise AssertionError(f"exercise 1 asks for RMSNorm by hand; your function called "
+                                 f"{func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+def _check_rms_norm(shape, shift, scale, eps, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g, dtype=dtype) + shift) * scale
+    w = torch.randn(shape[-1], generator=g, dtype=dtype)
+    with _NoRMSNorm():
+        got = rms_norm(x, w) if eps is None else rms_norm(x, w, eps)
+    eps = 1e-6 if eps is None else eps
+    assert isinstance(got, torch.Tensor) and got.shape == x.shape and got.dtype == dtype, (
+        f"input {list(shape)} of {dtype}: expected a tensor of the same shape and dtype, got "
+        f"{(list(got.shape), got.dtype) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    want = F.rms_norm(x, (shape[-1],), w, eps=eps)
+    gap = (got - want).abs().max().item()
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-10  # float64 in, float64 precision out
+    assert gap <= tolerance * max(1.0, want.abs().max().item()), (
+        f"input {list(shape)} of {dtype} with mean {shift * scale:g} and scale {scale:g}, "
+        f"eps = {eps:g}: "
+        f"your output differs from F.rms_norm by up to {gap:.3g} (no mean subtracted; the "
+        "mean of the squares over the last axis; eps inside the square root; then weight)")
+
+
+_check_rms_norm((3, 5, 8), shift=2.0, scale=1.0, eps=None)
+_check_rms_norm((2, 4, 8), shift=0.0, scale=1e-2, eps=1e-3)  # tiny inputs: eps counts
+### BEGIN HIDDEN TESTS
+_check_rms_norm((8,), shift=0.5, scale=3.0, eps=0.25, seed=1)
+_check_rms_norm((1, 1, 6), shift=-1.0, scale=1e-3, eps=1e-5, seed=2)
+_check_rms_norm((2, 3, 2, 16), shift=0.0, scale=1.0, eps=1e-8, dtype=torch.float64, seed=3)
+_check_rms_norm((4, 12), shift=0.0, scale=1e-4, eps=1e-6, seed=4)
+### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
 # ### Exercise 2 · Rotating queries by their positions
-# Write `rotate(x, positions)`: `x` is `[T, d]` (d even), `positions` a LongTensor `[T]`;
-# turn each pair `(x[t, 2i], x[t, 2i+1])` by the angle `positions[t] * w_i`, with
-# $w_i = 10000^{-2i/d}$, as in section 2. The check compares with `RotaryEmbedding` and
-# tests the offset property.
+# Write `rotate(x, positions)`: `x` is `[T, d]` (d even), `positions` a LongTensor `[T]`
+# of any positions, in any order (a row's position need not follow the previous row's:
+# think of a batch of tokens gathered from several places); turn each pair
+# `(x[t, 2i], x[t, 2i+1])` by the angle `positions[t] * w_i`, with
+# $w_i = 10000^{-2i/d}$, as in section 2. The check compares with `RotaryEmbedding`,
+# row by row, and tests the offset property.
 
 # %%
 def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -901,21 +935,40 @@ def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 # %%
-#| check ex2-rotate
-_g = torch.Generator().manual_seed(0)
-_x = torch.randn(12, 16, generator=_g)
-_want = RotaryEmbedding(16, 64)(_x, start=5)  # positions 5 .. 16
-_got = rotate(_x, torch.arange(5, 17))
-assert isinstance(_got, torch.Tensor) and _got.shape == (12, 16), (
-    f"expected shape (12, 16), got {getattr(_got, 'shape', type(_got).__name__)}")
-assert torch.allclose(_got, _want, atol=1e-5), (
-    f"row t should be turned by angles (5 + t) * w_i; largest difference from RotaryEmbedding: "
-    f"{(_got - _want).abs().max().item():.3g} (pairs are neighbours (2i, 2i+1), w_i = 10000**(-2i/d), "
-    "the second coordinate gets + sin)")
+#| check ex2-rotate points=2
+from transformer.refinements import RotaryEmbedding as _Rotary  # the exported class
+
+
+def _check_rotate(d, positions, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.tensor(positions)
+    x = torch.randn(len(positions), d, generator=g, dtype=dtype)
+    rope = _Rotary(d, int(positions.max()) + 1)
+    want = torch.cat([rope(x[t:t + 1], start=int(p)) for t, p in enumerate(positions)])
+    got = rotate(x, positions)
+    assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
+        f"expected shape {tuple(x.shape)}, got {getattr(got, 'shape', type(got).__name__)}")
+    gap = (got.double() - want.double()).abs().max().item()
+    assert gap < 1e-4, (
+        f"d = {d}, positions {positions.tolist()}: largest difference from RotaryEmbedding "
+        f"{gap:.3g}. Row t is turned by angles positions[t] * w_i (whatever the other rows' "
+        "positions); pairs are neighbours (2i, 2i+1), w_i = 10000**(-2i/d), the second "
+        "coordinate gets + sin")
+
+
+_check_rotate(16, list(range(5, 17)))  # consecutive positions 5 .. 16
+_check_rotate(8, [3, 0, 9, 4])  # any positions, in any order
+_g = torch.Generator().manual_seed(1)
 _q, _k = torch.randn(16, generator=_g), torch.randn(16, generator=_g)
 _scores = [(rotate(_q[None], torch.tensor([m + 3])) @ rotate(_k[None], torch.tensor([m])).T).item()
            for m in (0, 10, 40)]
 assert max(_scores) - min(_scores) < 1e-4, f"scores at offset 3 should not depend on the position, got {_scores}"
+### BEGIN HIDDEN TESTS
+_check_rotate(4, [7], seed=2)  # one row
+_check_rotate(32, [100, 2, 2, 57, 0, 13], seed=3)  # repeated positions, large ones
+_check_rotate(64, [9, 8, 7, 6, 5], dtype=torch.float64, seed=4)  # descending, float64
+_check_rotate(6, [0, 2, 4, 6, 8, 10, 12], seed=5)  # every other position
+### END HIDDEN TESTS
 print("ex2 passed")
 
 # %% [markdown]
@@ -923,8 +976,8 @@ print("ex2 passed")
 # Write `repeat_kv(k, num_heads)`: `k` is `[B, g, T, d]` with `g` key/value heads;
 # return `[B, num_heads, T, d]` in which query head `j` gets key/value head
 # `j // (num_heads // g)` (consecutive query heads share a head, as in
-# `GroupedQueryAttention(num_kv_heads=g)`). The check compares the attention it gives with
-# the module's.
+# `GroupedQueryAttention(num_kv_heads=g)`). Read the group size from the arguments: the
+# check tries several. It compares the attention your heads give with the module's.
 
 # %%
 def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -935,25 +988,167 @@ def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 # %%
-#| check ex3-repeat-kv
-_g = torch.Generator().manual_seed(0)
-_k = torch.randn(2, 2, 5, 3, generator=_g)
-_got = repeat_kv(_k, 6)
-assert isinstance(_got, torch.Tensor) and _got.shape == (2, 6, 5, 3), (
-    f"expected shape (2, 6, 5, 3), got {getattr(_got, 'shape', type(_got).__name__)}")
-for _j in range(6):
-    assert torch.equal(_got[:, _j], _k[:, _j // 3]), (
-        f"query head {_j} should read key/value head {_j // 3} (groups of 3 consecutive heads)")
-torch.manual_seed(0)
-_mha = GroupedQueryAttention(24, 6, num_kv_heads=2).eval()
-_x = torch.randn(1, 5, 24, generator=_g)
-_q = _mha.split_heads(_mha.q_proj(_x))
-_kk, _vv = _mha.split_heads(_mha.k_proj(_x)), _mha.split_heads(_mha.v_proj(_x))  # [1, 2, 5, 4]
-_out = F.scaled_dot_product_attention(_q, repeat_kv(_kk, 6), repeat_kv(_vv, 6), is_causal=True)
-_want = _mha(_x, _x, _x, causal_mask(5))[0]
-assert torch.allclose(_mha.out_proj(_mha.merge_heads(_out)), _want, atol=1e-5), (
-    "attention with your repeated keys and values differs from GroupedQueryAttention(num_kv_heads=2)")
+#| check ex3-repeat-kv points=2
+from transformer.masks import causal_mask as _causal_mask
+from transformer.refinements import GroupedQueryAttention as _GQA  # the exported class
+
+
+def _check_repeat_kv(batch, num_heads, num_kv_heads, length, d_head, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(batch, num_kv_heads, length, d_head, generator=g)
+    got = repeat_kv(k, num_heads)
+    want_shape = (batch, num_heads, length, d_head)
+    assert isinstance(got, torch.Tensor) and tuple(got.shape) == want_shape, (
+        f"{num_kv_heads} key/value heads for {num_heads} query heads: expected shape "
+        f"{want_shape}, got {getattr(got, 'shape', type(got).__name__)}")
+    for j in range(num_heads):
+        assert torch.equal(got[:, j], k[:, j // (num_heads // num_kv_heads)]), (
+            f"{num_kv_heads} key/value heads for {num_heads} query heads: query head {j} reads "
+            "the wrong key/value head (consecutive query heads share one: num_heads // g of them)")
+    torch.manual_seed(seed)
+    mha = _GQA(num_heads * d_head, num_heads, num_kv_heads=num_kv_heads).eval()
+    x = torch.randn(batch, length, num_heads * d_head, generator=g)
+    q = mha.split_heads(mha.q_proj(x))  # [B, h, T, d_head]
+    kk, vv = mha.split_heads(mha.k_proj(x)), mha.split_heads(mha.v_proj(x))  # [B, g, T, d_head]
+    out = F.scaled_dot_product_attention(q, repeat_kv(kk, num_heads), repeat_kv(vv, num_heads),
+                                         is_causal=True)
+    want = mha(x, x, x, _causal_mask(length))[0]
+    assert torch.allclose(mha.out_proj(mha.merge_heads(out)), want, atol=1e-5), (
+        f"attention with your repeated keys and values differs from GroupedQueryAttention"
+        f"({num_heads} heads, num_kv_heads={num_kv_heads})")
+
+
+_check_repeat_kv(2, 6, 2, 5, 4)
+### BEGIN HIDDEN TESTS
+_check_repeat_kv(1, 8, 4, 3, 2, seed=1)  # groups of 2
+_check_repeat_kv(2, 4, 1, 6, 3, seed=2)  # one key/value head: multi-query attention
+_check_repeat_kv(1, 4, 4, 2, 5, seed=3)  # as many as the query heads: plain multi-head
+_check_repeat_kv(3, 12, 3, 4, 2, seed=4)  # groups of 4
+### END HIDDEN TESTS
 print("ex3 passed")
+
+# %% [markdown]
+# ### Exercise 4 · SwiGLU by hand
+# Write `swiglu(x, gate_weight, up_weight, down_weight)`: the forward pass of section 3's
+# `SwiGLU` without dropout, from its three weight matrices as `nn.Linear` stores them
+# (`gate_weight` and `up_weight` are `[d_ff, d_model]`, `down_weight` is `[d_model, d_ff]`;
+# no biases); `x` is `[..., d_model]`. Write SiLU yourself, $\mathrm{silu}(z) = z\,
+# \sigma(z)$: `F.silu` and `nn.SiLU` raise while the check runs your function. The check
+# compares with `SwiGLU` on its own weights.
+
+# %%
+def swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
+           down_weight: torch.Tensor) -> torch.Tensor:
+    """x [..., d_model] -> down(silu(gate(x)) * up(x)) [..., d_model], weights as nn.Linear holds them."""
+    ### BEGIN SOLUTION
+    gate = x @ gate_weight.T  # [..., d_ff]
+    hidden = gate * torch.sigmoid(gate) * (x @ up_weight.T)  # silu(gate) * up, [..., d_ff]
+    return hidden @ down_weight.T  # [..., d_model]
+    ### END SOLUTION
+
+
+# %%
+#| check ex4-swiglu points=2
+from transformer.refinements import SwiGLU as _SwiGLU  # the exported class
+
+
+class _NoSiLU(torch.overrides.TorchFunctionMode):
+    """While your function runs, F.silu (which nn.SiLU calls) raises."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if "silu" in getattr(func, "__name__", ""):
+            raise AssertionError(f"exercise 4 asks for SiLU by hand; your function called "
+                                 f"{func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+def _check_swiglu(shape, d_ff, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    ffn = _SwiGLU(shape[-1], d_ff, dropout=0.0).to(dtype).eval()
+    x = torch.randn(shape, dtype=dtype) * 2
+    with torch.no_grad():
+        want = ffn(x)
+        with _NoSiLU():
+            got = swiglu(x, ffn.gate_proj.weight, ffn.up_proj.weight, ffn.down_proj.weight)
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
+        f"input {list(shape)}, d_ff = {d_ff}: expected shape {tuple(want.shape)}, got "
+        f"{getattr(got, 'shape', type(got).__name__)}")
+    gap = (got - want).abs().max().item()
+    assert gap < 1e-5 * max(1.0, want.abs().max().item()), (
+        f"input {list(shape)}, d_ff = {d_ff}: your output differs from SwiGLU by up to "
+        f"{gap:.3g}. SiLU goes on the gate's projection only, z * sigmoid(z); it multiplies "
+        "the up projection; then down_proj (each weight applied as x @ W.T)")
+
+
+_check_swiglu((2, 3, 8), d_ff=12)
+### BEGIN HIDDEN TESTS
+_check_swiglu((5,), d_ff=7, seed=1)  # one vector
+_check_swiglu((1, 1, 16), d_ff=40, dtype=torch.float64, seed=2)
+_check_swiglu((3, 2, 2, 6), d_ff=6, seed=3)  # d_ff = d_model
+### END HIDDEN TESTS
+print("ex4 passed")
+
+# %% [markdown]
+# ### Exercise 5 · Reading the table
+# Section 6 calls a variant better than another only when the seed spread cannot explain
+# the difference: **every** run of the one is below **every** run of the other. Write
+# `verdict(a, b)`: `a` and `b` are the perplexities of the runs of two variants (lists of
+# floats, one per seed, at least one each; lower is better); return `"better"` if every run
+# of `a` is below every run of `b`, `"worse"` if every run of `b` is below every run of
+# `a`, and `"within noise"` otherwise (a tie included).
+
+# %%
+def verdict(a: list[float], b: list[float]) -> str:
+    """'better', 'worse' or 'within noise': variant a against variant b, from their runs' perplexities."""
+    ### BEGIN SOLUTION
+    if max(a) < min(b):
+        return "better"
+    if max(b) < min(a):
+        return "worse"
+    return "within noise"
+    ### END SOLUTION
+
+
+# %%
+#| check ex5-verdict
+def _check_verdict(cases):
+    for a, b, want in cases:
+        got = verdict(list(a), list(b))
+        assert got == want, (
+            f"runs {list(a)} against {list(b)}: expected {want!r}, got {got!r} (compare every "
+            "run of one with every run of the other, not the means)")
+
+
+_check_verdict([([60.1, 61.0, 60.5], [64.0, 66.2, 65.1], "better"),
+                ([64.0, 66.2, 65.1], [60.1, 61.0, 60.5], "worse"),
+                ([62.0, 63.0, 70.0], [64.0, 64.5, 65.0], "within noise")])
+### BEGIN HIDDEN TESTS
+_check_verdict([([50.0], [50.0], "within noise"),  # a tie
+                ([49.9], [50.0], "better"),
+                ([55.0, 45.0], [50.0, 51.0], "within noise"),  # the means would say better
+                ([58.0, 40.0, 41.0], [42.0, 43.0, 44.0], "within noise"),
+                ([70.0, 71.0], [69.0, 60.0, 61.0, 62.0], "worse"),  # different numbers of seeds
+                ([1.0, 2.0, 3.0], [3.0, 4.0], "within noise")])  # touching ranges
+### END HIDDEN TESTS
+print("ex5 passed")
+
+# %% [markdown]
+# The table's last column block measures each variant again with four times the training
+# context. Every variant gets worse there, RoPE included, although rotary scores depend
+# only on offsets. Why? And why does the chapter train each variant with three seeds
+# before reading the table at all? Answer in a few sentences.
+
+# %% [markdown]
+# <!-- #| answer ex5-why points=2 -->
+# Rotary scores depend only on the offset between two positions, but during training the
+# model saw offsets up to 63 only: at context 256 most query-key pairs are farther apart
+# than anything it learned, their rotation angles (low frequencies especially) take values
+# it never saw, and attention spreads over positions it cannot use, so perplexity rises.
+# Relative positions remove the absolute positions it never saw, not the unseen offsets
+# (hence position interpolation and YaRN, or training on long texts). Three seeds give the
+# spread that chance alone (initial weights, batch order, dropout) puts on one model's
+# perplexity; a difference smaller than that spread could come from the seed, not from the
+# refinement, so only differences that survive every pair of runs are read as real.
 
 # %% [markdown]
 # ## 9 · Summary

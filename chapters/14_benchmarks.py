@@ -844,18 +844,19 @@ else:
 #   margin wide enough for a busy machine.
 # * Against Hugging Face (section 6; `tools/bench_peers.py`, five interleaved repeats in
 #   each of three rounds, 2 threads), on the 2-core machine this book is built on while
-#   other jobs shared it (load 1.0 to 1.8), the ratios ours / theirs were: the language
-#   model's training step 1.18 against GPT-2 at the issue's size and 0.95 at chapter 11's
-#   own size; greedy generation 0.77 (batch 1) and 0.94 (batch 8) against GPT-2, 0.89 and
-#   0.88 for the translator against Marian; eval forward 1.04 against
-#   `torch.nn.Transformer`. Of issue 25's targets (0.85 for training, 0.80 for
-#   generation, 0.90 for eval), only the language model's generation at batch 1 is met.
+#   other jobs shared it (load 1.5 to 1.8), the ratios ours / theirs were: the language
+#   model's training step 1.20 against GPT-2 at the issue's size and 1.04 at chapter 11's
+#   own size; greedy generation 0.86 (batch 1) and 0.88 (batch 8) against GPT-2, 0.87 and
+#   1.03 for the translator against Marian; eval forward 0.98 against
+#   `torch.nn.Transformer`. None of issue 25's targets (0.85 for training, 0.80 for
+#   generation, 0.90 for eval) is met; rounds of one run differ by 0.2 or more on such a
+#   machine.
 # * Where the training step loses: dropout. PyTorch draws a dropout mask on the CPU with
 #   `bernoulli_`, which on this AMD processor runs one element at a time; a mask drawn
 #   with `torch.rand_like(x) >= p` is about 3 times as fast, and with it our step at the
-#   issue's size ran as fast as GPT-2's (1.00, measured in the same run). Our model also
-#   drops out inside the feed-forward layer (chapter 06), where GPT-2 does not: without
-#   that, the step is 0.98. Without dropout (chapter 11's size) both sides spend the step
-#   in the same matrix multiplies, and the step is about even. Changing how dropout draws
-#   its mask changes the random numbers of every chapter that trains, so it is left for a
+#   issue's size went from 1.22 to 1.00 times GPT-2's in one run. Our model also drops out
+#   inside the feed-forward layer (chapter 06), where GPT-2 does not: without that, the
+#   step is 1.06. Without dropout (chapter 11's size) both sides spend the step in the
+#   same matrix multiplies, and the step is about even. Changing how dropout draws its
+#   mask changes the random numbers of every chapter that trains, so it is left for a
 #   change that re-runs them.

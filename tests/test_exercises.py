@@ -15,9 +15,17 @@ from notebooks import read_book, read_chapter, solution_regions  # noqa: E402
 SOLVED_1 = "def add(a, b):\n    ### BEGIN SOLUTION\n    total = a + b\n    return total\n    ### END SOLUTION"
 SOLVED_2 = "def square(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION"
 SOLVED_3 = "### BEGIN SOLUTION\nanswer = 42\n### END SOLUTION"
-CHECK_1 = "#| check ex1-add\nassert add(2, 3) == 5"
-CHECK_2 = "#| check ex2-square\nassert square(4) == 16"
-CHECK_3 = "#| check ex3-answer\nassert answer == 42"
+SOLVED_4 = "def neg(x):\n    ### BEGIN SOLUTION\n    return -x\n    ### END SOLUTION"
+
+
+def hidden(test: str) -> str:
+    return f"### BEGIN HIDDEN TESTS\n{test}\n### END HIDDEN TESTS"
+
+
+CHECK_1 = f"#| check ex1-add\nassert add(2, 3) == 5\n{hidden('assert add(-1, 1) == 0')}"
+CHECK_2 = f"#| check ex2-square\nassert square(4) == 16\n{hidden('assert square(0) == 0')}"
+CHECK_3 = f"#| check ex3-answer\nassert answer == 42\n{hidden('assert type(answer) is int')}"
+CHECK_4 = f"#| check ex4-neg\nassert neg(2) == -2\n{hidden('assert neg(-5) == 5')}"
 
 
 def write_chapter(path: Path, cells: list[str]) -> Path:
@@ -30,9 +38,10 @@ def write_chapter(path: Path, cells: list[str]) -> Path:
 
 @pytest.fixture
 def chapter(tmp_path):
-    """A solved chapter with three exercises, executed as a committed one would be."""
+    """A solved chapter with four exercises, executed as a committed one would be."""
     path = write_chapter(tmp_path / "01_toy.ipynb",
-                         ["x0 = 1", SOLVED_1, CHECK_1, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3])
+                         ["x0 = 1", SOLVED_1, CHECK_1, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3,
+                          SOLVED_4, CHECK_4])
     nb = nbformat.read(path, as_version=4)
     nbformat.write(exercises.execute_notebook(nb), path)
     return read_chapter(path)
@@ -68,6 +77,7 @@ NEAR_MISSES = {
     "ex2-square": {"doubles": "def square(x):\n    return 2 * x",
                    "cubes": "def square(x):\n    return x ** 3"},
     "ex3-answer": {"off by one": "answer = 41", "a string": "answer = '42'"},
+    "ex4-neg": {"abs": "def neg(x):\n    return -abs(x)", "identity": "def neg(x):\n    return x"},
 }
 
 
@@ -75,7 +85,7 @@ def test_solutions_pass_and_stubs_and_near_misses_fail(chapter):
     assert exercises.structure_problems(chapter) == []
     solved = exercises.grade(chapter.notebook, chapter)
     assert [(r.name, r.passed) for r in solved] == [
-        ("ex1-add", True), ("ex2-square", True), ("ex3-answer", True)]
+        ("ex1-add", True), ("ex2-square", True), ("ex3-answer", True), ("ex4-neg", True)]
     assert exercises.verify(chapter, answers=NEAR_MISSES) == []
 
 
@@ -111,7 +121,7 @@ def test_defined_names_covers_defs_imports_and_assignments():
 
 def test_grading_reports_each_exercise_and_does_not_stop_at_the_first_failure(chapter):
     student = exercises.student_copy(chapter.notebook)
-    # The student solves exercises 2 and 3 (3 wrongly) and leaves 1 as the stub.
+    # The student solves exercises 2 and 3 (3 wrongly) and leaves 1 and 4 as the stub.
     student.cells[3].source = "def square(x):\n    return x * x"
     student.cells[5].source = "answer = 41"
     results = {r.name: r for r in exercises.grade(student, chapter)}
@@ -123,7 +133,7 @@ def test_grading_reports_each_exercise_and_does_not_stop_at_the_first_failure(ch
 def test_grading_uses_the_chapters_checks_not_the_students(chapter):
     student = exercises.student_copy(chapter.notebook)
     student.cells[2].source = "#| check ex1-add\npass  # a check edited to pass"
-    del student.cells[6]  # and one deleted
+    del student.cells[6]  # and one deleted (ex3-answer)
     results = {r.name: r for r in exercises.grade(student, chapter)}
     assert not results["ex1-add"].passed
     assert not results["ex3-answer"].passed and "missing" in results["ex3-answer"].detail
@@ -131,8 +141,8 @@ def test_grading_uses_the_chapters_checks_not_the_students(chapter):
 
 def test_verify_flags_a_check_that_cannot_fail(tmp_path):
     path = write_chapter(tmp_path / "02_vacuous.ipynb",
-                         [SOLVED_1, "#| check ex1-add\nassert True", SOLVED_2, CHECK_2,
-                          SOLVED_3, CHECK_3])
+                         [SOLVED_1, f"#| check ex1-add\nassert True\n{hidden('pass')}", SOLVED_2,
+                          CHECK_2, SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
     nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
     problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
     assert problems == ["check `ex1-add` passes on the student stub: it cannot tell that "
@@ -144,8 +154,9 @@ def test_verify_flags_a_check_that_cannot_fail(tmp_path):
 
 
 def test_a_check_that_writes_to_stderr_is_flagged_since_nbgrader_fails_it(tmp_path):
-    noisy = "#| check ex1-add\nimport sys\nprint('careful', file=sys.stderr)\nassert add(2, 3) == 5"
-    path = write_chapter(tmp_path / "04_noisy.ipynb", [SOLVED_1, noisy, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3])
+    noisy = CHECK_1.replace("\nassert", "\nimport sys\nprint('careful', file=sys.stderr)\nassert", 1)
+    path = write_chapter(tmp_path / "04_noisy.ipynb",
+                         [SOLVED_1, noisy, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
     nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
     assert exercises.structure_problems(read_chapter(path)) == [
         "check `ex1-add` writes to stderr on the solution ('careful'), which nbgrader grades as "
@@ -153,11 +164,30 @@ def test_a_check_that_writes_to_stderr_is_flagged_since_nbgrader_fails_it(tmp_pa
 
 
 def test_structure_rules(tmp_path):
-    path = write_chapter(tmp_path / "03_bad.ipynb", [SOLVED_1, SOLVED_2, CHECK_2])
+    path = write_chapter(tmp_path / "03_bad.ipynb",
+                         [SOLVED_1, SOLVED_2, CHECK_2, SOLVED_3, "#| check ex3-answer\nassert answer == 42"])
     problems = exercises.structure_problems(read_chapter(path))
     assert any("solution with no `#| check`" in p for p in problems)
-    assert any("2 exercises" in p for p in problems)
+    assert any("2 exercises; a chapter needs at least 4" in p for p in problems)
     assert any("was not executed" in p for p in problems)
+    assert any("check `ex3-answer` has no hidden tests" in p for p in problems), problems
+
+
+def test_verify_wants_the_visible_part_alone_to_pass_and_references_it_can_trust(chapter, tmp_path):
+    """A check whose visible part needs a name bound in its hidden tests breaks in a
+    student's copy; a check that compares against a function the notebook defines can be
+    fooled by a student's cell that redefines it."""
+    broken = "#| check ex1-add\n" + hidden("_want = 5") + "\nassert add(2, 3) == _want"
+    fooled = "#| check ex2-square\nassert square(4) == reference(4)\n" + hidden("assert square(3) == 9")
+    path = write_chapter(tmp_path / "05_refs.ipynb",
+                         ["def reference(x):\n    return x * x", SOLVED_1, broken, SOLVED_2, fooled,
+                          SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
+    nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
+    problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
+    assert any("check `ex1-add` without its hidden tests (as a student copy shows it) fails on "
+               "the solution: NameError" in p for p in problems), problems
+    assert any("check `ex2-square` reads `reference`, which the notebook defines" in p
+               for p in problems), problems
 
 
 # --- nbgrader metadata (make stamp) -------------------------------------------------
@@ -228,9 +258,10 @@ def test_the_teachers_table_lists_each_exercise_with_its_points(tmp_path):
     from toy_chapter import toy_chapter
 
     table = exercises.exercise_table([toy_chapter(tmp_path)])
-    assert "| {doc}`01 · Toy </chapters/01_toy>` (4 points) | ex1-double | `ex1-double` | 1 |" in table
-    assert "|  | ex2-half | `ex2-half` | 2 |" in table
-    assert table.endswith("| **1 chapters** | **3 exercises** | | **4** |")
+    assert "| {doc}`01 · Toy </chapters/01_toy>` (7 points) | 1 · Double | `ex1-double` | 1 |" in table
+    assert "|  | 2 · Half | `ex2-half` | 2 |" in table
+    assert "|  | 4 · Rows of a table | `ex4-why` (written, graded by hand) | 2 |" in table
+    assert table.endswith("| **1 chapters** | **4 exercises** | | **7** |")
 
 
 def test_the_python3_kernel_runs_this_environments_python():
@@ -257,6 +288,12 @@ def test_student_copy_strips_hidden_tests_and_locks_cells_as_nbgrader_does(tmp_p
     solution = next(c for c in student.cells if c.metadata.get("nbgrader", {}).get("solution"))
     assert "editable" not in solution.metadata and solution.metadata["deletable"] is False
     assert student.metadata["transformer_book"]["chapter"] == "01_toy"
+    answer = next(c for c in student.cells if c.cell_type == "markdown" and "#| answer" in c.source)
+    assert answer.source == "<!-- #| answer ex4-why points=2 -->\nYOUR ANSWER HERE"  # model answer gone
+    assert answer.metadata["nbgrader"] == {"grade": True, "grade_id": "ex4-why", "locked": False,
+                                           "points": 2, "schema_version": 3, "solution": True,
+                                           "task": False}
+    assert "single 1" not in text
 
 
 def test_make_student_never_overwrites_an_edited_copy_unless_forced(chapter, tmp_path, capsys):
@@ -293,25 +330,51 @@ def test_grading_restores_locked_cells_as_nbgrader_does(chapter):
     student.cells[0].source = "x0 = 1\nassert_ = None"  # edits in a locked cell are discarded...
     student.cells.insert(1, nbformat.v4.new_code_cell("def square(x):\n    return x * x"))
     graded, present = exercises.graded_notebook(student, chapter)
-    assert graded.cells[0].source == "x0 = 1" and present == {"ex1-add", "ex2-square", "ex3-answer"}
+    assert graded.cells[0].source == "x0 = 1"
+    assert present == {"ex1-add", "ex2-square", "ex3-answer", "ex4-neg"}
     assert graded.cells[1].source.startswith("def square")  # ...cells a student adds stay
 
 
-def test_the_guard_stops_a_patched_torch_that_fools_an_unguarded_grader(tmp_path):
-    from toy_chapter import CHEATS, toy_chapter
+def answered(chapter, answers: dict[str, str]):
+    """A student copy of `chapter` with these solution cells, by check name."""
+    student = exercises.student_copy(chapter.notebook, chapter.name)
+    for cell in student.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if grade_id.endswith("-solution") and grade_id.removesuffix("-solution") in answers:
+            cell.source = answers[grade_id.removesuffix("-solution")]
+    return student
 
-    toy = toy_chapter(tmp_path)
-    for cheat, answers in CHEATS.items():
-        student = exercises.student_copy(toy.notebook, toy.name)
-        for cell in student.cells:
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-            if grade_id.endswith("-solution"):
-                cell.source = answers[grade_id.removesuffix("-solution")]
-        unguarded = exercises.grade(student, toy, guard=False)
-        assert all(r.passed for r in unguarded), (cheat, unguarded)  # the cheat works without it
-        guarded = exercises.grade(student, toy)
+
+def test_the_guard_and_the_barrier_stop_every_cheat_that_fools_an_unguarded_grader(tmp_path):
+    """Each cheat of tests/toy_chapter.py, with wrong answers: without the guard and the
+    barrier it scores (or, for a hidden error, only the kernel's reply tells); with them
+    it scores nothing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from toy_chapter import CHEATS, POINTS, WRONG, reading_the_source, toy_chapter
+
+    toy = toy_chapter(tmp_path / "book")
+    cheats = {**CHEATS, "read_source": reading_the_source(toy.path)}
+    everything = set(WRONG)
+    fooled = {"patched_package_class": {"ex4-rows"}, "bdb_quit": set(),
+              "custom_exception_handler": set()}
+
+    def both(cheat):
+        student = answered(toy, cheats[cheat])
+        return exercises.grade(student, toy, guard=False), exercises.grade(student, toy)
+
+    with ThreadPoolExecutor(2) as pool:
+        graded = dict(zip(cheats, pool.map(both, cheats), strict=True))
+    for cheat, (unguarded, guarded) in graded.items():
+        checked = [r for r in unguarded if not r.manual]
+        assert {r.name for r in checked if r.passed} == fooled.get(cheat, everything), (cheat, checked)
+        if cheat in ("bdb_quit", "custom_exception_handler"):  # no error shown, yet it failed
+            assert all("the kernel reported an error that the notebook's output does not "
+                       "show" in r.detail for r in checked), (cheat, checked)
         assert not any(r.passed for r in guarded), (cheat, guarded)
-        assert sum(r.max_points for r in guarded) == 4
+        assert sum(r.max_points for r in guarded if not r.manual) == POINTS
+    assert "PermissionError" in str(graded["read_source"][1]) or all(
+        "expected 2 x" in r.detail for r in graded["read_source"][1][:1])
 
 
 def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
@@ -325,10 +388,7 @@ def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
                "ex2-half": "def half(v):\n    return v\nabs = lambda x: 0\n"
                            "import types\nmath = types.SimpleNamespace(isclose=lambda *a: True)",
                "ex3-norm": "def norm(v):\n    return torch.linalg.vector_norm(v)\ntorch = None"}
-    for cell in student.cells:
-        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if grade_id.endswith("-solution"):
-            cell.source = answers[grade_id.removesuffix("-solution")]
+    student = answered(toy, answers)
     results = {r.name: r for r in exercises.grade(student, toy)}
     assert results["ex1-double"].passed, results["ex1-double"]
     assert "rebinds `abs`" in results["ex2-half"].detail and "rebinds `math`" in results["ex2-half"].detail
@@ -337,35 +397,48 @@ def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
 
 # --- the gradebook (make grade) ------------------------------------------------------------
 
-def test_gradebook_grades_a_folder_in_parallel_and_recognises_chapters(tmp_path):
-    """Any file names; chapter from metadata, checks or title; a crash or a stray file
-    becomes a row, not a stop."""
+def solved_copy(chapter):
+    """A student copy with every solution (and written answer) as the chapter has it."""
+    solved = exercises.student_copy(chapter.notebook, chapter.name)
+    for cell, original in zip(solved.cells, chapter.notebook.cells, strict=True):
+        if original.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = original.source  # markers and all: still the solution
+    return solved
+
+
+def read_csv(path):
     import csv
 
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_gradebook_grades_a_folder_in_parallel_and_recognises_chapters(tmp_path):
+    """Any file names; chapter from metadata, checks or title; the student from the first
+    folder below the folders all notebooks share; a crash or a stray file becomes a row,
+    not a stop; one feedback file per student; an earlier gradebook is never replaced
+    without --force."""
     from notebooks import stamp_notebook
-    from toy_chapter import toy_chapter
+    from toy_chapter import POINTS, toy_chapter
 
     book = tmp_path / "book"
     toy = toy_chapter(book)
-    second = write_chapter(book / "02_add.ipynb", [SOLVED_1, CHECK_1, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3])
+    second = write_chapter(book / "02_add.ipynb", [SOLVED_1, CHECK_1, SOLVED_2, CHECK_2, SOLVED_3,
+                                                   CHECK_3, SOLVED_4, CHECK_4])
     nb = nbformat.read(second, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("# 02 · Adding things"))
     stamp_notebook(nb)
     nbformat.write(nb, second)
     add = read_chapter(second)
 
-    returned = tmp_path / "returned"
-    (returned / "alice").mkdir(parents=True)
-    (returned / "carol").mkdir()
-    (returned / "dave").mkdir()
-    solved = exercises.student_copy(toy.notebook, toy.name)
-    for cell, original in zip(solved.cells, toy.notebook.cells, strict=True):
-        if original.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = original.source  # markers and all: still the solution
+    returned = tmp_path / "returned" / "hw7"  # every notebook below hw7/: not a student
+    for name in ("alice", "carol", "dave"):
+        (returned / name).mkdir(parents=True)
+    solved = solved_copy(toy)
     nbformat.write(solved, returned / "alice" / "my work (final).ipynb")
     untouched = exercises.student_copy(toy.notebook)  # as nbgrader releases it: no chapter recorded
     del untouched.metadata["transformer_book"]
-    nbformat.write(untouched, returned / "bob_toy.ipynb")
+    nbformat.write(untouched, returned / "bob_toy (1).ipynb")
     by_title = exercises.student_copy(add.notebook)
     del by_title.metadata["transformer_book"]
     for cell in by_title.cells:
@@ -373,32 +446,97 @@ def test_gradebook_grades_a_folder_in_parallel_and_recognises_chapters(tmp_path)
     by_title.cells = [c for c in by_title.cells if not exercises.check_name(c)]  # checks deleted
     nbformat.write(by_title, returned / "carol" / "02.ipynb")
     crash = nbformat.from_dict(solved)
-    crash.cells[4].source = "import os\nos._exit(1)"  # kills its kernel in exercise 2
+    index = next(i for i, c in enumerate(crash.cells)
+                 if c.metadata.get("nbgrader", {}).get("grade_id") == "ex2-half-solution")
+    crash.cells[index].source = "import os\nos._exit(1)"  # kills its kernel in exercise 2
     nbformat.write(crash, returned / "dave" / "toy.ipynb")
     (returned / "junk.ipynb").write_text("not a notebook")
 
     out = tmp_path / "graded"
-    status = exercises.main(["grade", str(returned), "--jobs", "2", "--out", str(out),
-                             "--book", str(book), "--timeout", "300"])
+    command = ["grade", str(tmp_path / "returned"), "--jobs", "2", "--out", str(out),
+               "--book", str(book), "--timeout", "300"]
+    status = exercises.main(command)
     assert status == 1  # one file could not be graded
-    with open(out / "gradebook.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(out / "gradebook.csv")
     assert list(rows[0]) == ["file", "student", "chapter", "exercise", "status", "points",
                              "max_points", "message"]
-    got = {(r["student"], r["exercise"]): (r["status"], float(r["points"]), r["message"]) for r in rows}
-    assert got[("alice", "ex1-double")][:2] == ("passed", 1) and got[("alice", "ex2-half")][:2] == ("passed", 2)
+    got = {(r["student"], r["exercise"]): (r["status"], r["points"], r["message"]) for r in rows}
+    assert got[("alice", "ex1-double")][:2] == ("passed", "1") and got[("alice", "ex2-half")][:2] == ("passed", "2")
+    assert got[("alice", "ex4-why")] == ("to grade by hand", "", "The one-hot vector has a single "
+                                         "1, so the product adds up exactly one row.")
     assert got[("bob", "ex2-half")][0] == "failed" and "not attempted" in got[("bob", "ex2-half")][2]
-    assert got[("carol", "ex1-add")] == ("failed", 0, "check cell missing from the notebook")
+    assert got[("bob", "ex4-why")][:2] == ("not answered", "0")
+    assert got[("carol", "ex1-add")] == ("failed", "0", "check cell missing from the notebook")
     assert got[("dave", "ex1-double")][0] == "passed"
     assert got[("dave", "ex2-half")][0] == "failed" and "kernel died" in got[("dave", "ex2-half")][2]
     assert got[("junk", "")][0] == "not graded" and "not a readable notebook" in got[("junk", "")][2]
-    with open(out / "summary.csv", newline="") as handle:
-        summary = {r["student"]: r for r in csv.DictReader(handle)}
-    assert summary["alice"]["01_toy"] == "4/4" and summary["alice"]["percent"] == "100"
-    assert summary["bob"]["points"] == "0" and summary["dave"]["01_toy"] == "1/4"
+    summary = {r["student"]: r for r in read_csv(out / "summary.csv")}
+    assert summary["alice"]["01_toy"] == f"{POINTS}/{POINTS}" and summary["alice"]["percent"] == "100"
+    assert summary["alice"]["by_hand_max"] == "2" and summary["bob"]["by_hand_max"] == "0"
+    assert summary["bob"]["points"] == "0" and summary["dave"]["01_toy"] == f"1/{POINTS}"
+    assert summary["alice"]["02_add"] == "missing"
+    feedback = (out / "feedback" / "bob.md").read_text()
+    assert "**failed** · `ex2-half` (0 of 2 points)" in feedback and "not attempted" in feedback
+    assert "AssertionError" in (out / "feedback" / "dave.md").read_text() or \
+        "kernel died" in (out / "feedback" / "dave.md").read_text()
+    # a second run into the same folder is refused, unless forced
+    assert exercises.main(command) == 2
+    assert (out / "gradebook.csv").exists()
 
 
-def test_self_check_reports_each_exercise_without_the_hidden_tests(tmp_path, capsys):
+def test_a_roster_names_the_students_of_an_lms_download(tmp_path):
+    """Canvas- and Moodle-style names, a file named in the roster, a stranger, and a
+    student who handed in nothing (a summary row that says so)."""
+    from toy_chapter import POINTS, toy_chapter
+
+    toy = toy_chapter(tmp_path / "book")
+    lms = tmp_path / "download"
+    (lms / "Bob Li_4242_assignsubmission_file_").mkdir(parents=True)
+    solved = solved_copy(toy)
+    nbformat.write(solved, lms / "smithalice_83921_1200_hw3 final (1).ipynb")
+    nbformat.write(exercises.student_copy(toy.notebook, toy.name),
+                   lms / "Bob Li_4242_assignsubmission_file_" / "hw3.ipynb")
+    nbformat.write(solved, lms / "untitled.ipynb")
+    nbformat.write(solved, lms / "someone else.ipynb")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student,name,email,file\ns001,Alice Smith,asmith@uni.example,\n"
+                      "s002,Bob Li,,\ns003,Carol Diaz,,untitled.ipynb\ns004,Dan Wu,,\n")
+    out = tmp_path / "graded"
+    status = exercises.main(["grade", str(lms), "--roster", str(roster), "--out", str(out),
+                             "--book", str(tmp_path / "book"), "--jobs", "2"])
+    assert status == 1  # "someone else.ipynb" matches nobody
+    summary = {r["student"]: r for r in read_csv(out / "summary.csv")}
+    assert summary["s001"]["01_toy"] == f"{POINTS}/{POINTS}"
+    assert summary["s002"]["01_toy"] == f"0/{POINTS}"
+    assert summary["s003"]["01_toy"] == f"{POINTS}/{POINTS}"
+    assert summary["s004"]["01_toy"] == "missing" and summary["s004"]["notebooks"] == "0"
+    assert set(summary) == {"s001", "s002", "s003", "s004"}
+    rows = read_csv(out / "gradebook.csv")
+    stray = [r for r in rows if r["file"].endswith("someone else.ipynb")]
+    assert stray and stray[0]["status"] == "not graded" and "roster" in stray[0]["message"]
+    assert (out / "feedback" / "s004.md").read_text().endswith("No notebook was handed in.\n")
+
+
+def test_student_names_without_a_roster():
+    from gradebook import Roster, shared_folder, student_of
+
+    root = Path("/r")
+    nested = [root / "hw7" / "alice" / "x.ipynb", root / "hw7" / "bob" / "y.ipynb"]
+    assert shared_folder(nested, root) == root / "hw7"
+    assert [student_of(p, root / "hw7", "07_blocks") for p in nested] == ["alice", "bob"]
+    alone = [root / "alice" / "07.ipynb"]
+    assert student_of(alone[0], shared_folder(alone, root), "07_blocks") == "alice"
+    assert student_of(root / "07_blocks_carol (2).ipynb", root, "07_blocks") == "carol"
+    roster = Roster(students=["a1", "a2"], aliases={"a1": [["ann", "lee"]], "a2": [["ann"]]})
+    assert roster.match(Path("leeann_1_2_hw.ipynb"))[0] == "a1"  # the longer name wins
+    assert roster.match(Path("ann/hw.ipynb"))[0] == "a2"
+    assert roster.match(Path("anne/hw.ipynb"))[0] is None  # whole words only
+
+
+def test_self_check_reports_each_exercise_with_the_hidden_tests(tmp_path, capsys):
+    """`make check` runs the chapter's checks with their hidden tests, as grading does
+    (nbgrader puts them back when it autogrades): an answer right on the visible test
+    only fails there, and a written answer is reported as waiting to be graded by hand."""
     from toy_chapter import toy_chapter
 
     toy = toy_chapter(tmp_path / "book")
@@ -406,15 +544,17 @@ def test_self_check_reports_each_exercise_without_the_hidden_tests(tmp_path, cap
     for cell in copy.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex3-norm-solution":
             cell.source = "def norm(v):\n    return torch.tensor(5.0)  # right on the visible test only"
+        elif cell.metadata.get("nbgrader", {}).get("grade_id") == "ex1-double-solution":
+            cell.source = "def double(x):\n    return x + x"
     path = tmp_path / "04 mine.ipynb"
     nbformat.write(copy, path)
     assert exercises.main(["check", str(path), "--chapter", str(toy.path)]) == 1
     out = capsys.readouterr().out
-    assert "hidden tests are not run" in out
-    assert "FAILED  ex1-double  (not attempted: the solution still raises NotImplementedError)" in out
-    assert "passed  ex3-norm" in out and "1 of 3 exercises passed (1 of 4 points)" in out
-    graded = {r.name: r.passed for r in exercises.grade(copy, toy)}  # the teacher's grading
-    assert graded["ex3-norm"] is False
+    assert "with its hidden tests" in out
+    assert "FAILED  ex2-half  (not attempted: the solution still raises NotImplementedError)" in out
+    assert "passed  ex1-double" in out and "FAILED  ex3-norm" in out
+    assert "1 of 4 checked exercises passed (1 of 5 points)" in out
+    assert "not answered ex4-why" in out and "2 points of written answers" in out
 
 
 def test_jupytext_sync_keeps_nbgrader_metadata_and_stamp_covers_new_cells(tmp_path):
@@ -443,3 +583,60 @@ def test_jupytext_sync_keeps_nbgrader_metadata_and_stamp_covers_new_cells(tmp_pa
     assert len(changes) == 2, changes  # the new cell, and ex1-causal with its new points
     check = next(c for c in synced.cells if exercises.check_name(c) == "ex1-causal")
     assert check.metadata["nbgrader"]["points"] == 3
+
+
+# --- the grading barrier ----------------------------------------------------------------------
+
+def test_the_barrier_refuses_protected_paths_programs_and_the_c_library(tmp_path):
+    """In a Python with the barrier: the protected folder cannot be read (a symbolic link
+    to it neither), its exceptions can; a Python child gets the barrier too; other
+    programs, a Python that skips the environment, and the functions of ctypes' C library
+    and interpreter are refused (loading them is not: every child that imports torch does)."""
+    import subprocess
+    import textwrap
+
+    repo = tmp_path / "repo"
+    (repo / "chapters").mkdir(parents=True)
+    (repo / "transformer").mkdir()
+    (repo / "chapters" / "01.ipynb").write_text("solutions")
+    (repo / "transformer" / "data.txt").write_text("data")
+    (tmp_path / "link").symlink_to(repo / "chapters")
+    barrier = ROOT / "tools" / "grading_barrier.py"
+    code = textwrap.dedent(f"""
+        import ctypes, os, runpy, subprocess, sys
+        runpy.run_path({str(barrier)!r})["install"]([{str(repo)!r}], [{str(repo / "transformer")!r}])
+
+        def attempt(what, action):
+            try:
+                action()
+                print(what, "allowed")
+            except PermissionError:
+                print(what, "refused")
+
+        attempt("open", lambda: open({str(repo / "chapters" / "01.ipynb")!r}).read())
+        attempt("link", lambda: open({str(tmp_path / "link" / "01.ipynb")!r}).read())
+        attempt("listdir", lambda: os.listdir({str(repo)!r}))
+        attempt("exception", lambda: open({str(repo / "transformer" / "data.txt")!r}).read())
+        child = subprocess.run([sys.executable, "-c", "open({str(repo / 'chapters' / '01.ipynb')!r})"],
+                               capture_output=True, text=True)
+        print("child", "refused" if "PermissionError" in child.stderr else "allowed")
+        attempt("cat", lambda: subprocess.run(["cat", {str(repo / "chapters" / "01.ipynb")!r}]))
+        attempt("isolated", lambda: subprocess.run([sys.executable, "-I", "-c", "pass"]))
+        attempt("environment", lambda: subprocess.run([sys.executable, "-c", "pass"], env={{}}))
+        attempt("system", lambda: os.system("true"))
+        attempt("libc", lambda: ctypes.CDLL(None).open)
+        attempt("libc.so.6", lambda: ctypes.CDLL("libc.so.6").system)
+        attempt("pythonapi", lambda: ctypes.pythonapi.PyRun_SimpleString)
+        # loading is not looking up: a child that imports ctypes (as torch and torchrun do,
+        # loading the interpreter and the C library) runs
+        loads = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL('libc.so.6')"],
+                               capture_output=True, text=True)
+        print("child_ctypes", "allowed" if loads.returncode == 0 else "refused")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    outcome = dict(line.split() for line in run.stdout.splitlines())
+    assert outcome == {"open": "refused", "link": "refused", "listdir": "refused",
+                       "exception": "allowed", "child": "refused", "cat": "refused",
+                       "isolated": "refused", "environment": "refused", "system": "refused",
+                       "libc": "refused", "libc.so.6": "refused", "pythonapi": "refused",
+                       "child_ctypes": "allowed"}, (outcome, run.stderr[-2000:])

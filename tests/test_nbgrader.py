@@ -10,9 +10,11 @@ recorded near-misses. Here, on a small made-up chapter:
 - that run, checked: a changed output fails its cell, an ignored one does not, the
   cells after the proof print what a plain run prints, a near-miss that passes a check
   fails the chapter's exercise proof, and nbgrader grades the solved copy full marks;
-- nbgrader's grading is not fooled by a solution that rebinds `torch.allclose` and
-  friends, nor by a deleted check or one stripped of its metadata (the grading guard in
-  nbgrader's kernel, loaded by the course's nbgrader_config.py).
+- nbgrader's grading is not fooled by any cheat of tests/toy_chapter.py (a patched
+  library or package class, checks rewritten by an input transformer, errors hidden by
+  an exception handler, the course's source notebook read from disk), nor by a deleted
+  check or one stripped of its metadata (the grading guard and barrier in nbgrader's
+  kernel, loaded by the course's nbgrader_config.py).
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ def test_one_run_is_compared_proven_and_graded(tmp_path, pytester, monkeypatch):
              "ex2-half": {"returns v": "def half(v):\n    return v",
                           "integer division": "def half(v):\n    return v // 2"},
              "ex3-norm": {"sum": "def norm(v):\n    return v.sum()",
-                          "max": "def norm(v):\n    return v.abs().max()"}}
+                          "max": "def norm(v):\n    return v.abs().max()"},
+             "ex4-rows": {"first row": "def rows(weight, ids):\n    return weight[0].expand(*ids.shape, -1)",
+                          "one column": "def rows(weight, ids):\n    return weight[:, :1].expand(*ids.shape, -1)"}}
     (answers / "01_toy.py").write_text(f"NEAR_MISSES = {wrong!r}\n")
     monkeypatch.setattr(exercises, "NEAR_MISSES", answers)
     monkeypatch.setattr(chapter_test, "OUT", tmp_path / "out")
@@ -152,15 +156,15 @@ def test_one_run_is_compared_proven_and_graded(tmp_path, pytester, monkeypatch):
 
 # --- the grading guard inside nbgrader ------------------------------------------------
 
-def cheating_submission(released, chapter, student):
-    """A toy submission: the solution, a wrong answer with a library patch, or the
-    solution with check ex2-half (2 points) deleted or stripped of its nbgrader
+def cheating_submission(released, chapter, student, cheats=CHEATS):
+    """A toy submission: the solution, wrong answers with a cheat (tests/toy_chapter.py),
+    or the solution with check ex2-half (2 points) deleted or stripped of its nbgrader
     metadata and rewritten to `print('passed')` under a wrong answer."""
     notebook = submission(released, chapter, "solved" if student != "untouched" else student)
     for cell in notebook.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
-        if student in CHEATS and grade_id.endswith("-solution"):
-            cell.source = CHEATS[student][grade_id.removesuffix("-solution")]
+        if student in cheats and grade_id.endswith("-solution"):
+            cell.source = cheats[student][grade_id.removesuffix("-solution")]
         elif student == "stripped_metadata" and grade_id == "ex2-half":
             del cell.metadata["nbgrader"]
             cell.source = "print('passed')"
@@ -173,9 +177,19 @@ def cheating_submission(released, chapter, student):
 
 
 def test_nbgrader_is_not_fooled_by_a_patched_torch_or_a_removed_check(tmp_path):
+    """Every cheat of tests/toy_chapter.py (a patched library or package class, checks
+    rewritten by an input transformer, errors hidden by an exception handler, the
+    course's source notebook read from disk) scores nothing in nbgrader's kernel."""
+    from toy_chapter import POINTS, reading_the_source
+
     chapter = toy_chapter(tmp_path / "toy")
-    expected = {"solved": 4.0, "patch_before": 0.0, "patch_during": 0.0,
-                "deleted_check": 2.0, "stripped_metadata": 2.0}
-    scores = run_course(tmp_path / "course", [chapter], students=tuple(expected),
-                        make_submission=cheating_submission)
-    assert scores == {("01_toy", s): (points, 4.0) for s, points in expected.items()}, scores
+    course = tmp_path / "course"
+    cheats = {**CHEATS, "read_source": reading_the_source(
+        course / "source" / chapter.name / chapter.path.name)}
+    expected = {"solved": float(POINTS), "deleted_check": POINTS - 2.0,
+                "stripped_metadata": POINTS - 2.0, **{cheat: 0.0 for cheat in cheats}}
+    scores = run_course(course, [chapter], students=tuple(expected),
+                        make_submission=lambda released, chapter, student: cheating_submission(
+                            released, chapter, student, cheats))
+    total = float(sum(chapter.points.values()))  # the written answer included
+    assert scores == {("01_toy", s): (points, total) for s, points in expected.items()}, scores

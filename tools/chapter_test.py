@@ -26,8 +26,11 @@ Then each run is checked, and each check is a pytest item:
   outputs of this run instead of a kernel of their own (`make nbval` still runs nbval
   the classic way);
 - `::exercises`: the layout rules, the near-miss answers on record, and the proof:
-  every check passes on the solution and fails on the stub and on every near-miss;
-- `::nbgrader`: the solved student scored full marks, feedback was written, grades exported.
+  every check compares only against references the grading guard restores, passes on
+  the solution (also without its hidden tests, as a student copy shows it) and fails
+  on the stub and on every near-miss;
+- `::nbgrader`: the solved student scored every autograded point (the written answers
+  wait for the teacher), feedback was written, grades exported.
 
 Per-chapter wall and CPU seconds are printed at the end and written to
 _build/test/chapters.json.
@@ -445,8 +448,12 @@ class NbgraderItem(pytest.Item):
 
     def runtest(self):
         run = finished(self.config, self.chapter)
-        full = float(sum(self.chapter.points.values()))
-        wanted = {"solved": (full, full), "untouched": (0.0, full), "print_passed": (0.0, full)}
+        # The written answers wait for the teacher (nbgrader's formgrader): autograde
+        # scores the checks, out of every point of the chapter.
+        full = float(sum(self.chapter.points[name] for name, _ in self.chapter.checks))
+        total = float(sum(self.chapter.points.values()))
+        wanted = {"solved": (full, total), "untouched": (0.0, total),
+                  "print_passed": (0.0, total)}
         expected = {student: wanted[student] for student in run.students}
         got = {student: run.scores.get(student) for student in run.students}
         if got != expected:

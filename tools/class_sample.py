@@ -4,10 +4,12 @@
 
 For each chapter, student copies as a class hands them back, under varied folder and
 file names: solved (each solution typed in, markers left out), partly solved (the
-first half of the exercises), and cheating (each answer left as the stub or made wrong,
-with `torch.allclose`, `torch.equal` and `math.isclose` patched to say yes, and the
-checks rewritten to `print('passed')`), in turn. Every solved exercise should pass,
-every other one fail: the script prints the points each notebook should get.
+first half of the exercises), and cheating (each answer left as the stub, with
+`torch.allclose`, `torch.equal` and `math.isclose` patched to say yes, an IPython input
+transformer that rewrites the checks to `print('passed')` on their way to the kernel,
+and the check cells themselves rewritten to `print('passed')`), in turn. Every solved
+exercise should pass, every other one fail: the script prints the points each notebook
+should get from its checks (written answers wait for the teacher).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ NAMES = ["alice", "bob", "carol", "dan", "erin", "farid", "grace", "hui", "ines"
          "kofi", "lena", "mei", "noor", "omar", "pia", "quinn", "ravi", "sara", "tomas",
          "uma", "vik", "wen", "xavi", "yara", "zoe", "adam", "bea", "chen", "dara"]
 PATCH = ("import math\nimport torch\ntorch.allclose = lambda *a, **k: True\n"
-         "torch.equal = lambda *a, **k: True\nmath.isclose = lambda *a, **k: True\n")
+         "torch.equal = lambda *a, **k: True\nmath.isclose = lambda *a, **k: True\n"
+         "get_ipython().input_transformers_post.append(lambda lines: [\"print('passed')\\n\"] "
+         "if lines and lines[0].startswith('#| check') else lines)\n")
 
 
 def typed(source: str) -> str:
@@ -49,8 +53,9 @@ def returned(chapter, kind: str) -> tuple[nbformat.NotebookNode, float]:
                                          < len(order) // 2)
             if solve:
                 cell.source = typed(solutions[meta["grade_id"]])
-                points += chapter.points[meta["grade_id"].removesuffix("-solution")]
-            elif kind == "cheating":
+                if cell.cell_type == "code":  # a written answer waits for the teacher
+                    points += chapter.points[meta["grade_id"].removesuffix("-solution")]
+            elif kind == "cheating" and cell.cell_type == "code":
                 cell.source = PATCH + cell.source
         elif meta.get("grade") and kind == "cheating":
             cell.source = "print('passed')"

@@ -1,9 +1,13 @@
 """The proof that every check can fail, run inside the chapter's own kernel.
 
 After each check cell of a chapter, a *proof cell* is inserted. When the notebook runs,
-that cell replaces the exercise's solution in turn by the student stub and by each
-recorded near-miss answer (tests/near_misses/NN_name.py) and runs the check after each:
-the check must fail every time. Then the solution and the check run once more (the
+that cell first asks the grading guard whether the check compares only against what
+the guard restores (names bound to modules or library and package objects, or defined
+by the exercise's own solution: anything else, a student's cell could rebind), and runs
+the check as a student copy shows it (hidden tests left out), which must pass on the
+solution too. Then it replaces the exercise's solution in turn by the student stub and
+by each recorded near-miss answer (tests/near_misses/NN_name.py) and runs the whole
+check after each: the check must fail every time. Then the solution and the check run once more (the
 check must pass again, so that the exercises after it see the state they expect) and
 the random number generators are put back as the check left them, so that the cells
 after the proof print what they print in a plain run of the chapter.
@@ -13,8 +17,9 @@ committed ones) and proves its checks: `tools/exercises.py verify` runs such a
 notebook with nbclient, and `make test` hands it to nbgrader as the solved student's
 submission (tools/chapter_test.py), so the one execution is graded too.
 
-This file is also loaded into the kernel (by each proof cell, with runpy), so it
-imports only the standard library at the top.
+This file's source also travels inside each proof cell and runs in the kernel (the
+grading barrier keeps a graded kernel from reading the repository, tools/ included),
+so it imports only the standard library at the top.
 
     notebook = with_proof_cells(chapter, answers)     # before the run
     ...execute notebook, the grading guard loaded...
@@ -59,13 +64,24 @@ def prove(payload: dict) -> dict:
     """Run one check against each wrong answer in this kernel; display and return the results.
 
     payload: {"check": name, "check_source": ..., "solution": ..., "forget": [names],
+              "visible": the check less its hidden tests (None: it has none),
+              "forget_check": [names the check binds],
+              "reads": [names the check reads that the solution does not define],
               "variants": [[label, source], ...]}
-    Returns {"check": name, "variants": [[label, error or None], ...],
+    Returns {"check": name, "untrusted": [names], "visible": error or None,
+             "variants": [[label, error or None], ...],
              "after": error of the solution and check re-run, or None}.
     """
+    import sys
+
     shell = get_ipython()  # noqa: F821 - defined inside IPython
     states = _rng_states()
     forget = "".join(f"globals().pop({name!r}, None)\n" for name in payload["forget"])
+    guard = sys.modules.get("_transformer_book_grading_guard")
+    untrusted = []
+    if payload.get("reads") is not None:
+        untrusted = (guard.guard.untrusted(payload["reads"]) if guard is not None
+                     else ["(the grading guard is not loaded in this kernel)"])
 
     def run(source: str) -> str | None:
         # Each source runs as a cell would (input transformers and the grading guard's
@@ -76,6 +92,11 @@ def prove(payload: dict) -> dict:
     show = shell._showtraceback
     shell._showtraceback = lambda *args, **kwargs: None  # the expected failures stay silent
     try:
+        visible = None
+        if payload.get("visible") is not None:
+            # what the whole check bound (a name of its hidden tests) must not help
+            run("".join(f"globals().pop({name!r}, None)\n" for name in payload["forget_check"]))
+            visible = run(payload["visible"])
         variants = []
         for label, source in payload["variants"]:
             run(forget)
@@ -87,7 +108,8 @@ def prove(payload: dict) -> dict:
         shell._showtraceback = show
         for set_state, state in states:
             set_state(state)
-    found = {"check": payload["check"], "variants": variants, "after": after}
+    found = {"check": payload["check"], "untrusted": untrusted, "visible": visible,
+             "variants": variants, "after": after}
     from IPython.display import display
 
     display({MIME: found, "text/plain": f"exercise proof of {payload['check']}: "
@@ -104,15 +126,19 @@ def prove_encoded(encoded: str) -> dict:
 # --- around the run ---------------------------------------------------------------
 
 def proof_source(payload: dict) -> str:
-    """The proof cell: load this file in the kernel and prove one check.
+    """The proof cell: run this file's source in the kernel and prove one check.
 
-    The payload travels base64-encoded, so that the solution's and the hidden tests'
-    marker lines inside it are not seen by nbgrader, which scans every cell for them.
+    The source travels in the cell (a graded kernel may not read tools/), and so does
+    the payload; both base64-encoded, so that the solution's and the hidden tests'
+    marker lines inside them are not seen by nbgrader, which scans every cell for them.
     """
     encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+    source = base64.b64encode(Path(__file__).read_bytes()).decode()
     return (f"{HEADER}{payload['check']} (inserted by tools/exercise_proof.py)\n"
-            f"__import__('runpy').run_path({str(Path(__file__).resolve())!r})['prove_encoded']"
-            f"({encoded!r});")
+            f"_proof = {{'__name__': 'exercise_proof'}}\n"
+            f"exec(__import__('base64').b64decode({source!r}), _proof)\n"
+            f"_proof['prove_encoded']({encoded!r})\n"
+            "del _proof;")
 
 
 def proof_name(cell) -> str | None:
@@ -124,7 +150,8 @@ def proof_name(cell) -> str | None:
 def payloads(chapter, answers: dict[str, dict[str, str]]) -> dict[int, dict]:
     """{check cell index: what its proof cell runs} for each check after a solution."""
     from exercises import check_name, defined_names, strip_solutions
-    from notebooks import solution_regions
+    from grading_guard import _names_read
+    from notebooks import solution_regions, strip_hidden_tests
 
     found, solution = {}, None
     for index, cell in enumerate(chapter.notebook.cells):
@@ -134,8 +161,14 @@ def payloads(chapter, answers: dict[str, dict[str, str]]) -> dict[int, dict]:
             variants = [["the student stub", strip_solutions(solution)]]
             variants += [[f"near-miss \"{label}\"", source]
                          for label, source in answers.get(name, {}).items()]
+            visible = strip_hidden_tests(cell.source)
+            reads = sorted(_names_read(cell.source) - set(defined_names(solution)))
             found[index] = {"check": name, "check_source": cell.source, "solution": solution,
-                            "forget": defined_names(solution), "variants": variants}
+                            "forget": defined_names(solution),
+                            "visible": visible if visible != cell.source else None,
+                            "forget_check": defined_names(cell.source),
+                            "reads": reads,
+                            "variants": variants}
     return found
 
 
@@ -187,6 +220,14 @@ def proof_problems(executed, chapter, verbose: bool = False) -> list[str]:
             problems.append(f"check `{name}`: its proof did not run"
                             + (f" ({why})" if why else ""))
             continue
+        for untrusted in found.get("untrusted", []):
+            problems.append(f"check `{name}` reads `{untrusted}`, which the notebook "
+                            "defines: a student's cell could replace it. Take the "
+                            "reference from the package or a library inside the check "
+                            "(`from transformer.NAME import ...`), or build it there")
+        if found.get("visible") is not None:
+            problems.append(f"check `{name}` without its hidden tests (as a student copy shows "
+                            f"it) fails on the solution: {found['visible']}")
         for label, error in found["variants"]:
             if error is None:
                 problems.append(f"check `{name}` passes on {label}: it cannot tell that "

@@ -4,21 +4,28 @@
         write student copies: each solution region becomes `raise NotImplementedError`,
         hidden tests are removed, outputs cleared, the chapter's cells locked as nbgrader
         locks them; a copy that a student has edited is never overwritten without --force
-    python tools/exercises.py grade PATH ... [--jobs N] [--out graded] [--timeout S]
+    python tools/exercises.py grade PATH ... [--out graded] [--force] [--roster CSV]
+                                             [--jobs N] [--timeout S]
         grade returned notebooks (files, or folders searched for *.ipynb; any file
         names: the chapter is recognised from the notebook itself), each in its own
-        fresh kernel, N at a time, with the chapter's own checks and locked cells (so an
-        edited check cannot pass) and the grading guard (tools/grading_guard.py); write
-        OUT/gradebook.csv (one row per exercise) and OUT/summary.csv (one row per student);
+        fresh kernel and empty working folder, N at a time, with the chapter's own checks
+        (hidden tests included) and locked cells (so an edited check cannot pass), under
+        the grading guard and barrier (tools/grading_guard.py, grading_barrier.py: the
+        notebook cannot patch the checks' references or read the teacher's files); the
+        students from the roster or the folders (tools/gradebook.py); write
+        OUT/gradebook.csv (one row per exercise), OUT/summary.csv (one row per student)
+        and OUT/feedback/STUDENT.md; refuse an OUT that holds a gradebook unless --force;
         exit 1 if a notebook could not be graded (unrecognised, unreadable, crashed)
     python tools/exercises.py check NOTEBOOK
-        a student's self-check: run the notebook with the chapter's checks (hidden tests
-        left out) and print passed/failed per exercise with the message; exit 0 if all pass
+        a student's self-check: run the notebook as grading does (hidden tests included)
+        and print passed/failed per exercise with the message; exit 0 if all pass
     python tools/exercises.py verify [CHAPTER ...] [-v] [--jobs N]
-        for each chapter: at least three exercises, each followed by its check; every
-        check passed in the committed (nbval-verified) notebook; and, in one fresh run
-        of the chapter, every check passes on the solution and fails on the student
-        stub and on each recorded near-miss answer (tests/near_misses/NN_name.py)
+        for each chapter: at least four exercises, each check followed by hidden tests;
+        every check passed in the committed (nbval-verified) notebook; and, in one fresh
+        run of the chapter under the grading guard and barrier, every check passes on the
+        solution (also without its hidden tests), compares only against references the
+        guard restores, and fails on the student stub and on each recorded near-miss
+        answer (tests/near_misses/NN_name.py)
     python tools/exercises.py stamp [CHAPTER ...] [--check]
         write each chapter's nbgrader cell metadata and kernelspec, derived from the
         book's conventions (tools/notebooks.py: nbgrader_metadata); --check changes
@@ -27,7 +34,9 @@
         lay out an nbgrader course: DIR/nbgrader_config.py and DIR/source/NN_name/
 
 An exercise is a code cell with a `### BEGIN SOLUTION` ... `### END SOLUTION`
-region, followed by a code cell whose first line is `#| check NAME [points=N]`.
+region, followed by a code cell whose first line is `#| check NAME [points=N]`, or a
+written answer: a markdown cell whose first line is `<!-- #| answer NAME points=N -->`
+(graded by hand).
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import json
 import re
 import runpy
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -55,11 +65,15 @@ import exercise_proof  # noqa: E402
 import grading_guard  # noqa: E402
 from execute import default_jobs, execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
 from notebooks import (  # noqa: E402
+    ANSWER_STUB,
     CHAPTERS,
+    PACKAGE,
     ROOT,
     BookError,
     Chapter,
+    answer_directive,
     check_directive,
+    hidden_test_regions,
     marker_problems,
     nbgrader_metadata,
     read_book,
@@ -70,7 +84,7 @@ from notebooks import (  # noqa: E402
     strip_hidden_tests,
 )
 
-MIN_EXERCISES = 3
+MIN_EXERCISES = 4
 MIN_NEAR_MISSES = 2
 STUB = "raise NotImplementedError"
 NEAR_MISSES = ROOT / "tests" / "near_misses"
@@ -79,11 +93,16 @@ META_KEY = "transformer_book"  # notebook metadata of a student copy: chapter, c
 
 @dataclass
 class Result:
+    """How one exercise of one notebook did. A written answer (`manual`) is not passed or
+    failed here: `answer` holds the student's text for the teacher to grade."""
+
     name: str
     passed: bool
     detail: str = ""
     points: float = 0
     max_points: float = 1
+    manual: bool = False
+    answer: str = ""
 
 
 # --- student copies -------------------------------------------------------------
@@ -107,13 +126,21 @@ def student_copy(notebook: nbformat.NotebookNode, chapter: str | None = None
                  ) -> nbformat.NotebookNode:
     """A copy with solutions stubbed out, hidden tests removed and all outputs cleared.
 
-    Cells are locked as nbgrader's release locks them: checks and the chapter's other
-    code cells read-only, no code cell deletable (grading restores them anyway). The
-    notebook's metadata records the chapter and a hash of the copy's cells, by which
-    `student` later tells an untouched copy from an edited one.
+    The one function that makes a student's edition of a chapter (`make student`, the
+    student edition of the website). Each solution region becomes `raise
+    NotImplementedError`; each written answer's model answer becomes `YOUR ANSWER HERE`
+    (its `<!-- #| answer NAME -->` line stays, so that grading finds it). Cells are
+    locked as nbgrader's release locks them: checks and the chapter's other code cells
+    read-only, no code cell deletable (grading restores them anyway). The notebook's
+    metadata records the chapter and a hash of the copy's cells, by which `student`
+    later tells an untouched copy from an edited one.
     """
     student = copy.deepcopy(notebook)
     for cell in student.cells:
+        if cell.cell_type == "markdown" and answer_directive(cell.source):
+            cell.source = cell.source.splitlines()[0] + "\n" + ANSWER_STUB
+            cell.metadata["deletable"] = False
+            continue
         if cell.cell_type != "code":
             continue
         cell.source = strip_hidden_tests(strip_solutions(cell.source))
@@ -234,28 +261,83 @@ def graded_notebook(student: nbformat.NotebookNode, chapter: Chapter,
     return notebook, present
 
 
+def barrier_folders(chapter: Chapter, extra: list[Path] = ()) -> tuple[list[str], list[str]]:
+    """(protect, allow) for the grading barrier (tools/grading_barrier.py): the notebook
+    may not read the repository (its chapters hold the solutions), the folder of the
+    chapter it is graded against, nor `extra` (the returned notebooks, the gradebook);
+    it may read the package and its data (checkpoints, corpora, configs)."""
+    protect = [ROOT, chapter.path.parent, *extra]
+    return [str(p) for p in protect], [str(PACKAGE)]
+
+
+def answer_text(cell: nbformat.NotebookNode) -> str:
+    """A written answer as the student left it: without its directive line or the stub."""
+    lines = cell.source.splitlines()
+    if lines and answer_directive(lines[0].strip()) is not None:
+        lines = lines[1:]
+    text = "\n".join(lines).strip()
+    return "" if text in ("", ANSWER_STUB) else text
+
+
+def answer_cells(notebook: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNode]:
+    """{answer name: cell} of a student's notebook: by nbgrader grade_id, else by its line."""
+    found = {}
+    for cell in notebook.cells:
+        if cell.cell_type != "markdown":
+            continue
+        meta = cell.metadata.get("nbgrader") or {}
+        if meta.get("grade") and meta.get("solution") and meta.get("grade_id"):
+            found.setdefault(meta["grade_id"], cell)
+            continue
+        try:
+            directive = answer_directive(cell.source)
+        except BookError:
+            directive = None
+        if directive is not None:
+            found.setdefault(directive[0], cell)
+    return found
+
+
 def grade(student: nbformat.NotebookNode, chapter: Chapter, *, timeout: int = 600,
-          hidden_tests: bool = True, guard: bool = True) -> list[Result]:
+          hidden_tests: bool = True, guard: bool = True,
+          protect: list[Path] = ()) -> list[Result]:
     """Run a student's notebook with the chapter's checks; one Result per exercise.
 
-    `guard=False` leaves the grading guard out (for tests that show what it stops).
+    The notebook runs in a fresh kernel whose working folder is a new empty temporary
+    one, under the grading guard and barrier (`protect`: more folders it may not read,
+    besides the repository and the chapter's folder). A check fails when its cell shows
+    an error or when the kernel answers that it ended in one (an exception handler may
+    have hidden the message, as nbgrader also counts it). Written answers are not run:
+    their text is returned for the teacher. `guard=False` leaves the guard and the
+    barrier out (for tests that show what they stop).
     """
     notebook, present = graded_notebook(student, chapter, hidden_tests)
     client = notebook_client(notebook, allow_errors=True, timeout=timeout)
     if guard:
-        client.extra_arguments = grading_guard.kernel_arguments()
+        shielded, allowed = barrier_folders(chapter, list(protect))
+        client.extra_arguments = grading_guard.kernel_arguments(protect=shielded, allow=allowed)
+    failed_replies: dict[int, str] = {}
+
+    def on_error(cell, cell_index, execute_reply):
+        content = execute_reply.get("content", {})
+        failed_replies[cell_index] = f"{content.get('ename')}: {content.get('evalue')}"
+
+    client.on_cell_error = on_error
     stopped = None
-    try:
-        client.execute()
-    except CellTimeoutError:
-        stopped = f"the notebook ran past the {timeout} s limit of a cell before this check"
-    except DeadKernelError:
-        stopped = "the kernel died (out of memory, or the notebook ended its process) " \
-                  "before this check ran"
+    with tempfile.TemporaryDirectory(prefix="transformer-book-grading-") as workdir:
+        client.resources = {"metadata": {"path": workdir}}
+        try:
+            client.execute()
+        except CellTimeoutError:
+            stopped = f"the notebook ran past the {timeout} s limit of a cell before this check"
+        except DeadKernelError:
+            stopped = "the kernel died (out of memory, or the notebook ended its process) " \
+                      "before this check ran"
     results = []
-    cells_by_name = {check_name(c): c for c in notebook.cells if check_name(c)}
+    indices = {check_name(c): i for i, c in enumerate(notebook.cells) if check_name(c)}
     for name, _ in chapter.checks:
-        cell = cells_by_name.get(name)
+        index = indices.get(name)
+        cell = notebook.cells[index] if index is not None else None
         points = chapter.points.get(name, 1)
         if name not in present or cell is None:
             results.append(Result(name, False, "check cell missing from the notebook", 0, points))
@@ -263,20 +345,52 @@ def grade(student: nbformat.NotebookNode, chapter: Chapter, *, timeout: int = 60
             results.append(Result(name, False, stopped or "check cell did not run", 0, points))
         elif (error := error_of(cell)) is not None:
             results.append(Result(name, False, error, 0, points))
+        elif index in failed_replies:
+            results.append(Result(name, False, f"{failed_replies[index]} (the kernel reported "
+                                  "an error that the notebook's output does not show: was "
+                                  "an exception handler installed?)", 0, points))
         else:
             results.append(Result(name, True, "", points, points))
+    written = answer_cells(student)
+    for name, _ in chapter.answers:
+        points = chapter.points.get(name, 1)
+        cell = written.get(name)
+        if cell is None:
+            results.append(Result(name, False, "answer cell missing from the notebook", 0,
+                                  points, manual=True))
+        elif not (text := answer_text(cell)):
+            results.append(Result(name, False, "not answered", 0, points, manual=True))
+        else:
+            results.append(Result(name, False, "to grade by hand", 0, points, manual=True,
+                                  answer=text))
     return results
+
+
+def status_of(result: Result) -> str:
+    """passed, FAILED, or for a written answer: written (to grade by hand) / not answered."""
+    if result.manual:
+        return "written" if result.answer else "not answered"
+    return "passed" if result.passed else "FAILED"
 
 
 def report(results: list[Result], title: str) -> str:
     lines = [title]
     for r in results:
-        lines.append(f"  {'passed' if r.passed else 'FAILED'}  {r.name}"
+        if r.manual:
+            lines.append(f"  {status_of(r):<7} {r.name}  (a written answer, graded by hand: "
+                         f"{r.max_points:g} points)")
+            continue
+        lines.append(f"  {status_of(r):<7} {r.name}"
                      + (f"  ({in_student_terms(r.detail)})" if r.detail else ""))
-    passed = sum(r.passed for r in results)
-    points = sum(r.points for r in results)
-    total = sum(r.max_points for r in results)
-    lines.append(f"  {passed} of {len(results)} exercises passed ({points:g} of {total:g} points)")
+    checked = [r for r in results if not r.manual]
+    passed = sum(r.passed for r in checked)
+    points = sum(r.points for r in checked)
+    total = sum(r.max_points for r in checked)
+    lines.append(f"  {passed} of {len(checked)} checked exercises passed ({points:g} of "
+                 f"{total:g} points)")
+    by_hand = sum(r.max_points for r in results if r.manual)
+    if by_hand:
+        lines.append(f"  and {by_hand:g} points of written answers, graded by hand")
     return "\n".join(lines)
 
 
@@ -311,16 +425,24 @@ EXERCISE_HEADING = re.compile(r"^#{2,4}\s*Exercise\s*(\d+)\s*[·.:-]?\s*(.*)$")
 
 
 def exercises_of(chapter: Chapter) -> list[tuple[str, str, float]]:
-    """(title, check name, points) per exercise; the title from its `### Exercise N · ...`."""
+    """(title, name, points) per exercise, in notebook order: each check, and each written
+    answer (its name then reads `NAME (by hand)`); the title from its `### Exercise N · ...`.
+    An exercise with a check and a written answer has one row for each."""
     found, heading = [], None
     for cell in chapter.notebook.cells:
         if cell.cell_type == "markdown":
+            try:
+                answer = answer_directive(cell.source)
+            except BookError:
+                answer = None
+            if answer is not None:
+                found.append((heading or answer[0], f"{answer[0]} (by hand)", answer[1]))
+                continue
             for line in cell.source.splitlines():
                 if (match := EXERCISE_HEADING.match(line.strip())) is not None:
                     heading = f"{match.group(1)} · {match.group(2).strip()}".strip(" ·")
         elif (name := check_name(cell)) is not None:
             found.append((heading or name, name, chapter.points.get(name, 1)))
-            heading = None
     return found
 
 
@@ -337,8 +459,10 @@ def exercise_table(chapters: list[Chapter]) -> str:
             short = chapter.title.split(":")[0]
             where = (f"{{doc}}`{chapter.number:02d} · {short} </chapters/{chapter.name}>` "
                      f"({points:g} points)" if i == 0 else "")
-            lines.append(f"| {where} | {title} | `{name}` | {p:g} |")
-    count = sum(len(chapter.checks) for chapter in chapters)
+            grade_id = f"`{name.removesuffix(' (by hand)')}`" + (
+                " (written, graded by hand)" if name.endswith("(by hand)") else "")
+            lines.append(f"| {where} | {title} | {grade_id} | {p:g} |")
+    count = sum(len({title for title, _, _ in exercises_of(chapter)}) for chapter in chapters)
     with_exercises = sum(1 for chapter in chapters if chapter.checks)
     lines.append(f"| **{with_exercises} chapters** | **{count} exercises** | | **{total:g}** |")
     return "\n".join(lines)
@@ -369,10 +493,26 @@ def table_problems(chapters: list[Chapter]) -> list[str]:
 
 
 def stamp_chapter(chapter: Chapter) -> list[str]:
-    """Stamp one chapter on disk (and its .py pair's kernelspec); return the changes."""
+    """Stamp one chapter on disk (and its .py pair's kernelspec); return the changes.
+
+    A .py pair edited after its notebook (a new exercise written in the .py) is synced
+    into the notebook first (jupytext --sync, as `make execute` does), so that the new
+    cells get their metadata and the pair stays in step; the new cells have no outputs
+    until the chapter runs (`make execute NB=...`).
+    """
+    import subprocess
+
     from pairs import pair_text
 
     script = chapter.path.with_suffix(".py")
+    if (script.exists() and script.stat().st_mtime > chapter.path.stat().st_mtime
+            and pair_text(chapter.path) != script.read_text()):
+        subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--sync", str(script)],
+                       check=True)
+        print(f"  {script.relative_to(ROOT) if script.is_relative_to(ROOT) else script}: newer "
+              "than its notebook, synced into it first (run the chapter before committing: "
+              f"make execute NB={script.relative_to(ROOT) if script.is_relative_to(ROOT) else script})")
+        chapter = read_chapter(chapter.path)
     in_sync = script.exists() and pair_text(chapter.path) == script.read_text()
     changes = stamp_notebook(chapter.notebook)
     if changes:
@@ -415,10 +555,20 @@ def structure_problems(chapter: Chapter) -> list[str]:
             pending = None
     if pending is not None:
         problems.append(f"cell {pending}: solution with no `#| check` cell after it")
-    if solutions < MIN_EXERCISES and not chapter.is_appendix:  # appendices need none
-        problems.append(f"{solutions} exercises; a chapter needs at least {MIN_EXERCISES}")
+    count = len({title for title, _, _ in exercises_of(chapter)})
+    if count < MIN_EXERCISES and not chapter.is_appendix:  # appendices need none
+        problems.append(f"{count} exercises; a chapter needs at least {MIN_EXERCISES}")
+    for name, index in chapter.answers:
+        if not answer_text(chapter.notebook.cells[index]):
+            problems.append(f"written answer `{name}` has no model answer below its "
+                            "`<!-- #| answer -->` line (the teacher's reference when grading)")
     for name, index in chapter.checks:
         cell = chapter.notebook.cells[index]
+        if not hidden_test_regions(cell.source):
+            problems.append(f"check `{name}` has no hidden tests: put the cases that the "
+                            "visible part does not show between `### BEGIN HIDDEN TESTS` and "
+                            "`### END HIDDEN TESTS`, so that an answer fitted to the visible "
+                            "messages fails")
         if cell.get("execution_count") is None:
             problems.append(f"check `{name}` was not executed in the committed notebook")
         elif (error := error_of(cell)) is not None:
@@ -504,12 +654,14 @@ def verify(chapter: Chapter, verbose: bool = False,
            answers: dict[str, dict[str, str]] | None = None) -> list[str]:
     """All problems with a chapter's exercises; empty when they are sound.
 
-    One fresh run of the chapter, with the grading guard, as in grading. After each
-    check has passed on the solution, the solution cell is replaced in turn by the
-    student stub and by each recorded near-miss answer (the names the solution defines
-    are deleted first, so that a wrong answer cannot pass on what the solution left
-    behind) and the check must fail on each; then the solution runs again and its
-    check must pass again. The proof runs in the chapter's kernel, in a cell inserted
+    One fresh run of the chapter, under the grading guard and barrier and in an empty
+    working folder, as in grading. After each check has passed on the solution, the
+    check's references are checked to be ones the guard restores, the check as a
+    student copy shows it (hidden tests left out) must pass too, then the solution cell
+    is replaced in turn by the student stub and by each recorded near-miss answer (the
+    names the solution defines are deleted first, so that a wrong answer cannot pass on
+    what the solution left behind) and the whole check must fail on each; then the
+    solution runs again and its check must pass again. The proof runs in the chapter's kernel, in a cell inserted
     after each check (tools/exercise_proof.py); `make test` runs the same cells inside
     nbgrader's grading of the chapter.
     """
@@ -520,10 +672,12 @@ def verify(chapter: Chapter, verbose: bool = False,
     problems += answer_problems(chapter, answers)
     notebook = exercise_proof.with_proof_cells(chapter.notebook, chapter, answers)
     client = notebook_client(notebook, allow_errors=True)
-    # Checks run under the grading guard, as in grading: proof that it lets every
-    # solution through while the wrong answers still fail.
-    client.extra_arguments = grading_guard.kernel_arguments()
-    client.execute()
+    # Checks run under the grading guard and barrier, in an empty working folder, as in
+    # grading: proof that they let every solution through while the wrong answers fail.
+    shielded, allowed = barrier_folders(chapter)
+    client.extra_arguments = grading_guard.kernel_arguments(protect=shielded, allow=allowed)
+    with tempfile.TemporaryDirectory(prefix="transformer-book-verify-") as workdir:
+        client.execute(cwd=workdir)
     return problems + exercise_proof.proof_problems(notebook, chapter, verbose)
 
 
@@ -567,7 +721,13 @@ def main(argv: list[str] | None = None) -> int:
     grader.add_argument("--jobs", "-j", type=int, default=None,
                         help="notebooks graded at once (default: the machine's cores)")
     grader.add_argument("--out", type=Path, default=ROOT / "graded",
-                        help="folder for gradebook.csv and summary.csv (default graded/)")
+                        help="folder for gradebook.csv, summary.csv and feedback/ (default "
+                             "graded/); one that holds a gradebook is refused without --force")
+    grader.add_argument("--force", action="store_true",
+                        help="replace the gradebook that OUT already holds")
+    grader.add_argument("--roster", type=Path,
+                        help="CSV with a `student` column (the ids to write) and columns of "
+                             "names, e-mails or file names that identify each student's files")
     grader.add_argument("--timeout", type=int, default=1200,
                         help="seconds one notebook may run (default 1200)")
     grader.add_argument("--json", action="store_true", help="also print every row as JSON")
@@ -576,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     one.add_argument("notebook", type=Path)
     one.add_argument("--chapter", type=Path)
     one.add_argument("--timeout", type=int, default=1200)
+    one.add_argument("--protect", type=Path, action="append", default=[])
     checker = commands.add_parser("check", help="a student's self-check of one notebook")
     checker.add_argument("notebook", type=Path)
     checker.add_argument("--chapter", type=Path)
@@ -606,20 +767,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "grade-one":
             import gradebook
 
-            print(json.dumps(gradebook.grade_file(args.notebook, args.chapter, args.timeout),
-                             ensure_ascii=False))
+            print(json.dumps(gradebook.grade_file(args.notebook, args.chapter, args.timeout,
+                                                  args.protect), ensure_ascii=False))
             return 0
         if args.command == "check":
             chapter = chapter_for(args.notebook, args.chapter)
-            print(f"running {args.notebook} with the checks of {chapter.rel} "
-                  "(hidden tests are not run here) ...", flush=True)
-            results = grade(nbformat.read(args.notebook, as_version=4), chapter,
-                            hidden_tests=False)
+            print(f"running {args.notebook} with the checks of {chapter.rel}, each with its "
+                  "hidden tests, as grading runs them ...", flush=True)
+            results = grade(nbformat.read(args.notebook, as_version=4), chapter)
             print(report(results, f"{args.notebook} (chapter {chapter.number:02d} · "
                                   f"{chapter.title})"))
             return 0 if all(r.passed for r in results) else 1
         if args.command == "stamp":
             problems = []
+            for chapter in selected(args.chapters):
+                if args.check:
+                    problems += stamp_problems(chapter)
+                    continue
+                problems += [f"{chapter.rel}, {p}" for p in marker_problems(chapter.notebook)]
+                changes = stamp_chapter(chapter)
+                print(f"{chapter.rel}: " + (f"stamped ({len(changes)} changes)" if changes
+                                            else "unchanged"))
             if not args.chapters:  # the whole book: the teacher's page table too
                 if args.check:
                     problems += table_problems(read_book())
@@ -629,14 +797,6 @@ def main(argv: list[str] | None = None) -> int:
                     if wanted != text:
                         TEACHERS_PAGE.write_text(wanted)
                         print(f"{TEACHERS_PAGE.relative_to(ROOT)}: exercise table updated")
-            for chapter in selected(args.chapters):
-                if args.check:
-                    problems += stamp_problems(chapter)
-                    continue
-                problems += [f"{chapter.rel}, {p}" for p in marker_problems(chapter.notebook)]
-                changes = stamp_chapter(chapter)
-                print(f"{chapter.rel}: " + (f"stamped ({len(changes)} changes)" if changes
-                                            else "unchanged"))
             for problem in problems:
                 print(f"out of sync: {problem}", file=sys.stderr)
             return 1 if problems else 0

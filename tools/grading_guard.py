@@ -7,23 +7,34 @@ a reader runs a chapter.
 
 A solution cell runs in the same kernel as the checks, so it can rebind what a check
 relies on: `torch.allclose = lambda *a, **k: True` makes every `assert
-torch.allclose(...)` after it pass. The guard takes a snapshot of the library modules
-and classes that checks use (see MODULES, CLASSES, and every module of the book's own
-package `transformer`) when the kernel starts. Then, for each cell whose first line is
-`#| check NAME`:
+torch.allclose(...)` after it pass. The guard takes a snapshot, when the kernel starts, of
+the library modules that checks use (MODULES), of the book's own package `transformer`
+(every module, and every class in it: the checks' references), of the classes of torch
+and of CLASSES, and of the IPython machinery that runs a cell. Then:
 
-- before it runs, every snapshotted attribute that was replaced or deleted is put back
-  (with a note on stdout that names it), as are their `sys.modules` entries;
+- after every cell, the IPython machinery is put back: the input transformers
+  (`input_transformers_post`, `input_transformers_cleanup`, the static transforms), the
+  AST transformers, the custom exception handler (`set_custom_exc`), methods set on the
+  shell or the kernel, event callbacks defined in the notebook; and the guard's own
+  hooks are registered again where they were removed;
+- before each cell whose first line is `#| check NAME`, every snapshotted attribute that
+  was replaced or deleted is put back (with a note on stdout that names it), as are
+  their `sys.modules` entries and the trace and profile functions (`sys.settrace`);
 - a check fails if, while it runs, one of them is replaced again (a student's function
-  that patches `torch.allclose` when the check calls it);
+  that patches `torch.allclose` or installs an exception handler when the check calls it);
 - a check fails, naming the name, if a global name it reads shadows a builtin
   (`abs = lambda x: 0`), or held a module or a library object and now holds something
   else (`torch = FakeTorch()`, `causal_mask = my_mask`), or if `__builtins__` was swapped.
 
-It does not defend against code written to defeat it (unregistering its hooks, editing
-its snapshot, patching through `vars(module)`, C-level tricks), nor against answers
-that detect they are being checked. Those are cheating by design, for a teacher to
-read; the guard stops the shortcuts a student finds by accident or in a forum post.
+With `protect=[...]` the kernel also gets the grading barrier (tools/grading_barrier.py):
+the folders named (the teacher's repository, the returned notebooks, an nbgrader course)
+cannot be read from the notebook.
+
+It does not defend against code written to defeat it (unregistering its hooks from a
+thread, editing its snapshot, patching through `vars(module)` or C internals, replacing
+the kernel's message handlers), nor against answers that detect they are being checked.
+Those are cheating by design, for a teacher to read; the guard stops the shortcuts a
+student finds by accident or in a forum post. book/teachers.md lists what remains.
 
 Only the standard library is needed to load this file; torch and numpy are snapshotted
 if they can be imported.
@@ -34,19 +45,34 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import importlib.util
+import json
+import os
 import re
 import sys
+import threading
 import types
 
 MODULES = (
     "builtins", "math", "cmath", "operator", "functools", "itertools", "random", "statistics",
     "numpy", "numpy.testing", "numpy.linalg", "numpy.random",
     "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.testing",
-    "torch.linalg", "torch.special", "torch.fft", "torch.autograd",
+    "torch.linalg", "torch.special", "torch.fft", "torch.autograd", "torch.overrides",
+    "torch.nn.utils",
 )
 CLASSES = ("torch.Tensor", "torch._C.TensorBase", "torch.nn.Module", "torch.nn.Parameter",
-           "torch.nn.Linear", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.Generator")
-PACKAGE = "transformer"  # the book's package: its functions are the checks' references
+           "torch.nn.Linear", "torch.nn.Embedding", "torch.nn.LayerNorm", "torch.Generator",
+           "torch.overrides.TorchFunctionMode")
+# The machinery that runs a cell: a method replaced on one of these classes (or set on the
+# shell or the kernel object) could skip or rewrite the checks.
+SHELL_CLASSES = ("IPython.core.interactiveshell.InteractiveShell",
+                 "ipykernel.zmqshell.ZMQInteractiveShell", "ipykernel.ipkernel.IPythonKernel",
+                 "ipykernel.kernelbase.Kernel", "IPython.core.events.EventManager",
+                 "IPython.core.inputtransformer2.TransformerManager",
+                 "IPython.core.interactiveshell.ExecutionResult")
+PACKAGE = "transformer"  # the book's package: its functions and classes are the checks' references
+# Classes held by a snapshotted module are snapshotted too when they come from these.
+CLASS_SOURCES = ("torch", PACKAGE)
 # Attributes that torch itself rewraps when a submodule is first imported (importing
 # torch._dynamo wraps torch.manual_seed); a wrapper of the original is accepted there.
 LIBRARY_REWRAPS = {("torch", "manual_seed")}
@@ -54,6 +80,7 @@ LIBRARY_REWRAPS = {("torch", "manual_seed")}
 KERNEL_MANAGED = {"input", "raw_input", "getpass", "get_ipython", "display", "__IPYTHON__", "_"}
 CHECK_LINE = re.compile(r"^\s*#\|\s*check\b")
 REGISTRY_KEY = "_transformer_book_grading_guard"
+EVENTS = ("pre_execute", "post_run_cell")  # the guard's hooks, each re-registers the other
 
 
 def _resolve(dotted: str):
@@ -100,37 +127,46 @@ class Guard:
         self.builtins = dict(vars(builtins))
         self.snapshot: list[tuple[object, str, object, bool]] = []  # owner, name, value, is class
         self.modules: dict[str, types.ModuleType] = {}
-        owners = [(name, _resolve(name), False) for name in MODULES]
         try:
             importlib.import_module(PACKAGE)
         except Exception:  # noqa: BLE001 - grading a notebook outside the book still works
             pass
-        owners += [(name, module, False) for name, module in sorted(sys.modules.items())
-                   if name == PACKAGE or name.startswith(PACKAGE + ".")]
-        owners += [(name, _resolve(name), True) for name in CLASSES]
-        for name, owner, is_class in owners:
-            if owner is None:
-                continue
-            if not is_class:
-                self.modules[name] = owner
-            for attr, value in list(vars(owner).items()):
-                # Modules: their public names. Classes: everything in their own dict,
-                # dunders included (`torch.Tensor.__eq__`).
+        modules = [(name, _resolve(name)) for name in MODULES]
+        modules += [(name, module) for name, module in sorted(sys.modules.items())
+                    if name == PACKAGE or name.startswith(PACKAGE + ".")]
+        modules = [(name, module) for name, module in modules
+                   if isinstance(module, types.ModuleType)]
+        classes = [_resolve(name) for name in CLASSES + SHELL_CLASSES]
+        classes = [c for c in classes if isinstance(c, type)]
+        for _, module in modules:  # every torch or package class a module holds
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and str(getattr(value, "__module__", "")).split(
+                        ".")[0] in CLASS_SOURCES:
+                    classes.append(value)
+        classes = list({id(c): c for c in classes}.values())
+        for name, module in modules:
+            self.modules[name] = module
+            for attr, value in list(vars(module).items()):
                 if name == "builtins" and attr in KERNEL_MANAGED:
                     continue
-                if is_class or not attr.startswith("_"):
-                    self.snapshot.append((owner, attr, value, is_class))
-        self.class_keys = {id(owner): set(vars(owner)) for _, owner, is_class in owners
-                           if is_class and owner is not None}
+                if not attr.startswith("_"):  # modules: their public names
+                    self.snapshot.append((module, attr, value, False))
+        for owner in classes:  # classes: everything in their own dict (`Tensor.__eq__`)
+            for attr, value in list(vars(owner).items()):
+                self.snapshot.append((owner, attr, value, True))
+        self.class_keys = {id(owner): set(vars(owner)) for owner in classes}
         # What a trusted global may hold: the modules, functions and classes snapshotted
         # (not plain values such as None, which a rebinding could also produce).
         self.library = {id(value) for _, _, value, _ in self.snapshot
                         if callable(value) or isinstance(value, types.ModuleType)}
+        self.library.update(id(c) for c in classes)
         self.trusted: dict[str, object] = {}  # global name -> the library object it held
-        self.pending: list[str] = []  # problems found before the check now running
         self.checking = False
+        self.trace = (sys.gettrace(), sys.getprofile())
         shell.input_transformers_post.append(self.transform)
-        shell.events.register("post_run_cell", self.post_run_cell)
+        for event in EVENTS:
+            shell.events.register(event, getattr(self, event))
+        self.machinery = self.shell_state()
 
     # --- the snapshot ---------------------------------------------------------------
 
@@ -187,6 +223,82 @@ class Guard:
             if sys.modules.get(name) is not module:
                 sys.modules[name] = module
                 restored.append(f"sys.modules[{name!r}]")
+        if (sys.gettrace(), sys.getprofile()) != self.trace:
+            sys.settrace(self.trace[0])
+            sys.setprofile(self.trace[1])
+            restored.append("sys.settrace/sys.setprofile")
+        if getattr(threading, "_trace_hook", None) or getattr(threading, "_profile_hook", None):
+            threading.settrace(None)
+            threading.setprofile(None)
+            restored.append("threading.settrace/threading.setprofile")
+        return restored
+
+    # --- the machinery that runs a cell ----------------------------------------------
+
+    def kernel(self):
+        return getattr(self.shell, "kernel", None)
+
+    def shell_state(self) -> dict:
+        """What IPython and the kernel run a cell with, as the guard installed it."""
+        shell, kernel = self.shell, self.kernel()
+        manager = shell.input_transformer_manager
+        return {
+            "manager": manager,
+            "transforms": {attr: list(getattr(manager, attr, [])) for attr in
+                           ("cleanup_transforms", "line_transforms", "token_transformers")},
+            "post": list(shell.input_transformers_post),
+            "ast": list(shell.ast_transformers),
+            "custom_exc": (shell.custom_exceptions, shell.CustomTB),
+            "shell_keys": set(vars(shell)),
+            "kernel_keys": set(vars(kernel)) if kernel is not None else set(),
+            "handlers": dict(getattr(kernel, "shell_handlers", {}) or {}),
+        }
+
+    def restore_shell(self) -> list[str]:
+        """Put the cell-running machinery back as the guard installed it; what had changed."""
+        shell, kernel, state = self.shell, self.kernel(), self.machinery
+        restored = []
+        if shell.input_transformer_manager is not state["manager"]:
+            shell.input_transformer_manager = state["manager"]
+            restored.append("input_transformer_manager")
+        for attr, original in state["transforms"].items():
+            if list(getattr(state["manager"], attr, [])) != original:
+                setattr(state["manager"], attr, list(original))
+                restored.append(f"input_transformer_manager.{attr}")
+        if list(shell.input_transformers_post) != state["post"]:
+            shell.input_transformers_post = list(state["post"])
+            restored.append("input_transformers_post")
+        if list(shell.ast_transformers) != state["ast"]:
+            shell.ast_transformers = list(state["ast"])
+            restored.append("ast_transformers")
+        if (shell.custom_exceptions, shell.CustomTB) != state["custom_exc"]:
+            shell.custom_exceptions, shell.CustomTB = state["custom_exc"]
+            restored.append("the custom exception handler (set_custom_exc)")
+        for obj, keys in ((shell, state["shell_keys"]), (kernel, state["kernel_keys"])):
+            if obj is None:
+                continue
+            for attr in sorted(set(vars(obj)) - keys):
+                if any(isinstance(vars(klass).get(attr), (types.FunctionType, classmethod,
+                                                          staticmethod))
+                       for klass in type(obj).__mro__):
+                    delattr(obj, attr)  # an instance attribute hiding one of its methods
+                    restored.append(f"{type(obj).__name__}.{attr}")
+        handlers = getattr(kernel, "shell_handlers", None)
+        if isinstance(handlers, dict) and handlers != state["handlers"]:
+            handlers.clear()
+            handlers.update(state["handlers"])
+            restored.append("the kernel's message handlers")
+        cells = set(getattr(getattr(shell, "compile", None), "_filename_map", {}) or {})
+        for event, callbacks in shell.events.callbacks.items():
+            for callback in list(callbacks):
+                code = getattr(getattr(callback, "__func__", callback), "__code__", None)
+                if code is not None and code.co_filename in cells:  # defined in the notebook
+                    callbacks.remove(callback)
+                    restored.append(f"a {event} callback defined in the notebook")
+        for event in EVENTS:
+            if getattr(self, event) not in shell.events.callbacks[event]:
+                shell.events.register(event, getattr(self, event))
+                restored.append(f"the grading guard's {event} hook")
         return restored
 
     # --- global names ---------------------------------------------------------------
@@ -222,6 +334,14 @@ class Guard:
             if isinstance(value, types.ModuleType) or id(value) in self.library:
                 self.trusted[name] = value
 
+    def untrusted(self, names) -> list[str]:
+        """Of `names`, the globals that hold neither a module nor a library object (for
+        `exercises.py verify`: a check may compare only against what the guard restores)."""
+        namespace = self.shell.user_ns
+        return sorted(n for n in names if n in namespace and n not in self.builtins
+                      and not isinstance(namespace[n], types.ModuleType)
+                      and id(namespace[n]) not in self.library)
+
     # --- IPython hooks --------------------------------------------------------------
 
     def transform(self, lines: list[str]) -> list[str]:
@@ -229,7 +349,7 @@ class Guard:
         if not lines or not CHECK_LINE.match(lines[0]):
             return lines
         self.checking = True
-        restored = self.restore()
+        restored = self.restore() + self.restore_shell()
         if restored:  # on stdout: nbgrader fails a check cell that writes to stderr
             print("grading guard: put back " + ", ".join(restored) + " (replaced by the "
                   "notebook) before this check")
@@ -239,11 +359,20 @@ class Guard:
             return [lines[0], f"raise AssertionError({message!r})\n"]
         return lines
 
+    def pre_execute(self) -> None:
+        """Before every cell: the guard's hooks are in place (a cell may have removed one)."""
+        for event in EVENTS:
+            if getattr(self, event) not in self.shell.events.callbacks[event]:
+                self.shell.events.register(event, getattr(self, event))
+
     def post_run_cell(self, result) -> None:
         if self.checking:
             self.checking = False
             replaced = [self.label(owner, attr) for owner, attr, _, _ in self.changed()]
             replaced += [self.label(owner, attr) for owner, attr in self.added_to_classes()]
+            replaced += self.restore_shell()
+            if (sys.gettrace(), sys.getprofile()) != self.trace:
+                replaced.append("sys.settrace/sys.setprofile")
             self.restore()
             if replaced and result is not None and result.success:
                 error = AssertionError(
@@ -251,11 +380,18 @@ class Guard:
                     + " changed while it ran (code called by the check replaced it)")
                 result.error_in_exec = error
                 self.shell.showtraceback((AssertionError, error, None))
+        else:
+            restored = self.restore_shell()
+            if restored:
+                print("grading guard: put back " + ", ".join(restored) + " (changed by "
+                      "this cell); checks run on IPython as it was")
         self.remember_globals()
 
 
-def install(shell=None) -> Guard:
-    """Install the guard in this IPython kernel (once); return it."""
+def install(shell=None, protect: list[str] = (), allow: list[str] = ()) -> Guard:
+    """Install the guard in this IPython kernel (once), and the grading barrier over the
+    folders in `protect` (except those in `allow`, the Python environment and the
+    kernel's working folder); return the guard."""
     registry = sys.modules.get(REGISTRY_KEY)
     if registry is not None:
         return registry.guard
@@ -264,15 +400,25 @@ def install(shell=None) -> Guard:
     holder = types.ModuleType(REGISTRY_KEY)
     holder.guard = guard
     sys.modules[REGISTRY_KEY] = holder
+    if protect:  # last: the guard has read everything it needs
+        barrier = importlib.util.spec_from_file_location(
+            "_transformer_book_barrier_module",
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_barrier.py"))
+        module = importlib.util.module_from_spec(barrier)
+        barrier.loader.exec_module(module)
+        module.install(list(protect), [*allow, sys.prefix, os.getcwd()])
     return guard
 
 
-def kernel_arguments(path: str | None = None) -> list[str]:
+def kernel_arguments(path: str | None = None, protect: list[str] = (),
+                     allow: list[str] = ()) -> list[str]:
     """Arguments that make an IPython kernel load this guard at start.
 
     For nbclient's and nbgrader's `extra_arguments` (`c.Execute.extra_arguments`).
+    `protect`: folders the notebook may not read (the grading barrier), but `allow`.
     """
     path = path or __file__
-    line = (f"__import__('runpy').run_path({str(path)!r})['install'](); "
-            "globals().pop('_', None)")
+    options = json.dumps({"protect": [str(p) for p in protect], "allow": [str(a) for a in allow]})
+    line = (f"__import__('runpy').run_path({str(path)!r})['install']("
+            f"**__import__('json').loads({options!r})); globals().pop('_', None)")
     return [f"--IPKernelApp.exec_lines={line}"]

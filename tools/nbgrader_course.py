@@ -12,7 +12,10 @@ nbgrader calls `alembic` from there):
     nbgrader export                                  # grades.csv
 
 The configuration sets what the book needs from nbgrader: a cell time limit that
-chapter 09's training fits in, and the grading guard in every grading kernel.
+chapter 09's training fits in, and the grading guard and barrier in every grading kernel
+(a notebook being graded cannot patch what the checks compare against, nor read the
+course's folder, source/ with the solutions and submitted/ with the other students'
+work, nor the book's repository; it may read its own folder).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grading_guard  # noqa: E402
-from notebooks import ROOT, Chapter  # noqa: E402
+from notebooks import PACKAGE, ROOT, Chapter  # noqa: E402
 
 CELL_TIMEOUT = 900  # seconds; chapter 09 trains for about two minutes in one cell
 
@@ -40,21 +43,25 @@ c.CourseDirectory.course_id = "transformer-book"
 c.Execute.timeout = {timeout}
 
 # Every grading kernel loads the book's grading guard first: before each check it puts
-# back torch, numpy, math and builtins functions that a solution replaced, and it fails
-# a check whose answer replaces them while the check runs (tools/grading_guard.py).
+# back torch, numpy, math and builtins functions and the book's package that a solution
+# replaced, and it fails a check whose answer replaces them while the check runs
+# (tools/grading_guard.py). Its barrier keeps the notebook from reading this course's
+# folder (but the notebook's own) and the book's repository (tools/grading_barrier.py).
 c.Execute.extra_arguments = {arguments!r}
 '''
 
 
-def config_text() -> str:
-    return CONFIG.format(root=ROOT, timeout=CELL_TIMEOUT,
-                         arguments=grading_guard.kernel_arguments())
+def config_text(directory: Path) -> str:
+    arguments = grading_guard.kernel_arguments(
+        protect=[str(directory.resolve()), str(ROOT)],
+        allow=[str(PACKAGE)])
+    return CONFIG.format(root=ROOT, timeout=CELL_TIMEOUT, arguments=arguments)
 
 
 def write_course(directory: Path, chapters: list[Chapter]) -> int:
     """Write (or refresh) the course's config and its source notebooks."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "nbgrader_config.py").write_text(config_text())
+    (directory / "nbgrader_config.py").write_text(config_text(directory))
     for chapter in chapters:
         target = directory / "source" / chapter.name / chapter.path.name
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,10 @@ A chapter is `chapters/NN_name.ipynb`, paired with `chapters/NN_name.py`
 - a code cell whose first line is `#| check NAME` is the check that grades
   exercise NAME; `#| check NAME points=2` weighs it (default: 1 point);
 - inside a check, lines between `### BEGIN HIDDEN TESTS` and `### END HIDDEN TESTS`
-  (nbgrader's markers) run when grading but are left out of student copies.
+  (nbgrader's markers) run when grading but are left out of student copies;
+- a markdown cell whose first line is `<!-- #| answer NAME points=N -->` is a written
+  answer, graded by hand (nbgrader's "manually graded answer"): the rest of the cell is
+  the teacher's model answer, which a student copy replaces by `YOUR ANSWER HERE`.
 
 nbgrader reads the same markers (it finds them anywhere in a line, markdown
 included), so the marker text appears nowhere else: `marker_problems` says where
@@ -48,6 +51,8 @@ END_HIDDEN = "### END HIDDEN TESTS"
 NBGRADER_MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
                     "BEGIN MARK SCHEME", "END MARK SCHEME")
 CHECK_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+ANSWER_LINE = re.compile(r"^<!--\s*#\|\s*answer\s+(.*?)\s*-->\s*$")
+ANSWER_STUB = "YOUR ANSWER HERE"  # what nbgrader puts in a released written-answer cell
 DEFAULT_POINTS = 1
 # The kernel every chapter names: the standard one, which every Jupyter install has and
 # which runs the Python that started Jupyter (jupyter_client maps the native kernel's
@@ -73,6 +78,9 @@ class Chapter:
     checks: list[tuple[str, int]] = field(default_factory=list)
     # check name -> points it is worth (`#| check NAME points=N`, default 1)
     points: dict[str, float] = field(default_factory=dict)
+    # (answer name, cell index) of the written answers, graded by hand; their points
+    # are in `points` too
+    answers: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -157,6 +165,13 @@ def check_directive(source: str) -> tuple[str, float] | None:
     return parse_check(found[1]) if found and found[0] == "check" else None
 
 
+def answer_directive(source: str) -> tuple[str, float] | None:
+    """(name, points) for a markdown cell whose first line is `<!-- #| answer NAME points=N -->`."""
+    lines = source.splitlines()
+    match = ANSWER_LINE.match(lines[0].strip()) if lines else None
+    return parse_check(match.group(1)) if match else None
+
+
 def read_chapter(path: Path) -> Chapter:
     """Parse one notebook's directives; raise BookError on a malformed one."""
     match = CHAPTER_NAME.match(path.stem)
@@ -166,6 +181,14 @@ def read_chapter(path: Path) -> Chapter:
     chapter = Chapter(path=path, number=int(match.group(1)), notebook=notebook)
     pending: list[tuple[str | None, int, str]] = []
     for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown":
+            try:
+                answer = answer_directive(cell.source)
+            except BookError as err:
+                raise BookError(f"{chapter.rel}, cell {index}: {err}") from None
+            if answer:
+                chapter.answers.append((answer[0], index))
+                chapter.points[answer[0]] = answer[1]
         if cell.cell_type != "code":
             continue
         lines = cell.source.splitlines()
@@ -255,8 +278,10 @@ def nbgrader_metadata(notebook: nbformat.NotebookNode) -> list[dict | None]:
     - every other code cell: locked (read-only; nbgrader restores it from the
       teacher's copy when grading), grade_id `cell-ID` after the cell's nbformat id,
       which jupytext keeps, so that ids do not shift when a cell is inserted;
-    - markdown and raw cells: none. The prose does not take part in grading; leaving
-      it unlocked lets a student write notes beside an exercise.
+    - a markdown cell whose first line is `<!-- #| answer NAME points=N -->`: a
+      manually graded answer (solution and graded), grade_id NAME, N points;
+    - other markdown and raw cells: none. The prose does not take part in grading;
+      leaving it unlocked lets a student write notes beside an exercise.
 
     Raises BookError for a notebook that breaks the conventions (a solution with no
     check after it, a cell that is both, a repeated check name, a cell without id).
@@ -266,6 +291,14 @@ def nbgrader_metadata(notebook: nbformat.NotebookNode) -> list[dict | None]:
     pending: list[int] = []  # solution cells waiting for the check that follows them
     seen: set[str] = set()
     for index, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and (answer := answer_directive(cell.source)):
+            name, points = answer
+            if name in seen:
+                raise BookError(f"cell {index}: answer `{name}` has the name of another exercise")
+            seen.add(name)
+            found[index] = {"grade": True, "grade_id": name, "locked": False, "points": points,
+                            "schema_version": 3, "solution": True, "task": False}
+            continue
         if cell.cell_type != "code":
             continue
         solution = bool(solution_regions(cell.source))
@@ -282,7 +315,8 @@ def nbgrader_metadata(notebook: nbformat.NotebookNode) -> list[dict | None]:
         elif check:
             name, points = check
             if name in seen:
-                raise BookError(f"cell {index}: check `{name}` appears twice")
+                raise BookError(f"cell {index}: check `{name}` appears twice (or shares its "
+                                "name with a written answer)")
             seen.add(name)
             meta.update(grade=True, locked=True, grade_id=name, points=points)
             for waiting in pending:

@@ -28,6 +28,21 @@ def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
     return F.one_hot(ids, num_classes=weight.size(0)) @ weight
 ''',
+        "indexes the table, which the exercise forbids": '''
+def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
+    return weight[ids]
+''',
+        "F.embedding, which the exercise forbids": '''
+def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
+    return F.embedding(ids, weight)
+''',
+        "one-hot vectors in float32 whatever the table (fails on float64)": '''
+def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
+    return F.one_hot(ids, num_classes=weight.size(0)).float() @ weight
+''',
     },
     "ex2-renumber": {
         "gathers with weight[perm] (the inverse renumbering)": '''
@@ -113,6 +128,36 @@ def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: 
     module(ids).sum().backward()
     grad = module.embedding.weight.grad  # [vocab_size, d_model]
     return grad.abs().sum(dim=1).nonzero().flatten().tolist()
+''',
+    },
+    "ex5-xavier": {
+        "forgets the sqrt(d_model) scale": '''
+position_norm = math.sqrt(64 / 2)
+xavier_norms = {}
+for _v in (100, 1_000, 10_000, 100_000):
+    _table = nn.init.xavier_uniform_(torch.empty(_v, 64))
+    xavier_norms[_v] = _table.norm(dim=1).mean().item()
+''',
+        "the position's norm as sqrt(d_model)": '''
+position_norm = math.sqrt(64)
+xavier_norms = {}
+for _v in (100, 1_000, 10_000, 100_000):
+    _table = nn.init.xavier_uniform_(torch.empty(_v, 64))
+    xavier_norms[_v] = (_table * math.sqrt(64)).norm(dim=1).mean().item()
+''',
+        "the norm of the whole table instead of the mean norm of a row": '''
+position_norm = math.sqrt(64 / 2)
+xavier_norms = {}
+for _v in (100, 1_000, 10_000, 100_000):
+    _table = nn.init.xavier_uniform_(torch.empty(_v, 64))
+    xavier_norms[_v] = (_table * math.sqrt(64)).norm().item()
+''',
+        "nn.Embedding's own init instead of Xavier": '''
+position_norm = math.sqrt(64 / 2)
+xavier_norms = {}
+for _v in (100, 1_000, 10_000, 100_000):
+    _table = nn.Embedding(_v, 64).weight.detach()
+    xavier_norms[_v] = (_table * math.sqrt(64)).norm(dim=1).mean().item()
 ''',
     },
 }

@@ -53,6 +53,17 @@ def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
     R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
     return R
 ''',
+        "frequencies from d_model = 64, the size of the visible test": '''
+def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
+    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
+    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / 64))
+    c, s = torch.cos(w * k), torch.sin(w * k)
+    R = torch.zeros(d_model, d_model, dtype=torch.float64)
+    idx = torch.arange(0, d_model, 2)
+    R[idx, idx], R[idx, idx + 1] = c, s
+    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
+    return R
+''',
     },
     "ex2-learned": {
         "numbers positions from 1": '''
@@ -103,6 +114,17 @@ class LearnedPositionalEmbedding(nn.Module):
         positions = torch.arange(x.size(1), device=x.device)
         return x + self.table(positions)
 ''',
+        "positions 0..3, the length of the visible test's sentences": '''
+class LearnedPositionalEmbedding(nn.Module):
+    """x [batch, seq, d_model] -> x + table[0 .. seq-1], a learned table [max_len, d_model]."""
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.table(torch.arange(4))
+''',
     },
     "ex3-read-positions": {
         "takes the argmax over the table's axis (dim=0): one answer per position": '''
@@ -139,6 +161,12 @@ def offset_similarity(k: int, d_model: int) -> float:
     """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
     j = torch.arange(d_model, dtype=torch.float64)
     return torch.cos(10000.0 ** (-j / d_model) * k).sum().item()
+''',
+        "frequencies from d_model = 256, the size of the visible test": '''
+def offset_similarity(k: int, d_model: int) -> float:
+    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
+    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / 256))
+    return torch.cos(w * k).sum().item()
 ''',
     },
 }

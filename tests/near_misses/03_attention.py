@@ -37,6 +37,35 @@ def attention_weights(q, k):
     e = torch.exp(scores)
     return e / e.sum(dim=-2, keepdim=True)
 ''',
+        "transposes with permute(0, 1, 3, 2): right on 4-D input only (issue 20)": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    scores = q @ k.permute(0, 1, 3, 2) / math.sqrt(q.size(-1))  # [B, H, Tq, Tk]
+    scores = scores - scores.amax(dim=-1, keepdim=True)
+    e = torch.exp(scores)
+    return e / e.sum(dim=-1, keepdim=True)
+''',
+        "calls torch.softmax, which the exercise forbids (issue 20)": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+''',
+        "softmax through a saved reference, log_softmax(...).exp()": '''
+_log_softmax = torch.nn.functional.log_softmax
+
+
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    return _log_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1).exp()
+''',
+        "divides by sqrt(8), the d_k of the visible test, not of q": '''
+def attention_weights(q, k):
+    """q [..., Tq, d_k], k [..., Tk, d_k] -> weights [..., Tq, Tk], rows summing to 1."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    scores = scores - scores.amax(dim=-1, keepdim=True)
+    e = torch.exp(scores)
+    return e / e.sum(dim=-1, keepdim=True)
+''',
     },
     "ex2-lookup": {
         "exp of the scores without normalising them (sharpness 0 gives the sum)": '''
@@ -57,6 +86,15 @@ def soft_lookup(query, keys, values, sharpness):
     weights = torch.softmax((keys @ query) / sharpness, dim=-1)
     return weights @ values
 ''',
+        "hard-codes the values the visible test prints": '''
+def soft_lookup(query, keys, values, sharpness):
+    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
+    if sharpness == 0:
+        return values.mean(dim=0)
+    if sharpness > 100:
+        return values[1]
+    return torch.softmax(sharpness * (keys @ query), dim=-1) @ values
+''',
     },
     "ex3-raw": {
         "returns the pair (output, weights)": '''
@@ -69,6 +107,36 @@ def self_attention(x, w_q, w_k, w_v):
     """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
     out, _ = scaled_dot_product_attention(x @ w_q, x @ w_k, x)
     return out
+''',
+        "cheat: patches the notebook's SingleHeadSelfAttention to agree (issue 20)": '''
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    return x @ w_v
+
+
+SingleHeadSelfAttention.forward = lambda self, x, mask=None: (self.v_proj(x), None)
+''',
+        "cheat: reads the teacher's notebook from disk and runs its solution": '''
+import json
+import pathlib
+
+import transformer
+
+_book = pathlib.Path(transformer.__file__).resolve().parent.parent / "chapters"
+for _cell in json.loads((_book / "03_attention.ipynb").read_text())["cells"]:
+    if "def self_attention" in "".join(_cell["source"]):
+        exec("".join(_cell["source"]))
+''',
+        "cheat: patches the package's class that the check compares with": '''
+import transformer.attention
+
+
+def self_attention(x, w_q, w_k, w_v):
+    """x [B, T, d_model], w_* [d_model, d_k] -> output [B, T, d_k]."""
+    return x @ w_v
+
+
+transformer.attention.SingleHeadSelfAttention.forward = lambda self, x, mask=None: (self.v_proj(x), None)
 ''',
         "divides by sqrt(d_k) again, though the function already does": '''
 def self_attention(x, w_q, w_k, w_v):
@@ -99,6 +167,16 @@ def attention_entropy(weights):
 def attention_entropy(weights):
     """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
     return (weights * weights.clamp_min(1e-30).log()).sum(dim=-1)
+''',
+        "nan_to_num of the naive formula: 0 for a row like [.5, .5, 0, 0] (issue 20)": '''
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    return torch.nan_to_num(-(weights * weights.log()).sum(-1))
+''',
+        "log(w + 1e-9): about 2e-8 off on one-hot rows, and wrong where w is tiny": '''
+def attention_entropy(weights):
+    """weights [..., Tq, Tk] -> entropy per row [..., Tq] (natural log)."""
+    return -(weights * (weights + 1e-3).log()).sum(dim=-1)
 ''',
         "sums over the queries axis (dim=-2) instead of the keys": '''
 def attention_entropy(weights):

@@ -28,6 +28,16 @@ def causal_by_hand(size):
     j = torch.arange(size)[None, :]
     return (j <= i).float()
 ''',
+        "torch.tril on a square of ones, which the exercise forbids": '''
+def causal_by_hand(size):
+    """[size, size] bool: True where key j <= query i."""
+    return torch.ones(size, size, dtype=torch.bool).tril()
+''',
+        "our causal_mask, which the exercise forbids": '''
+def causal_by_hand(size):
+    """[size, size] bool: True where key j <= query i."""
+    return causal_mask(size)[0, 0]
+''',
     },
     "ex2-lengths": {
         "uses <= instead of < (one pad too many counted as a word)": '''
@@ -73,6 +83,13 @@ def additive_mask(mask, dtype):
     """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
     return torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(dtype).min)
 ''',
+        "assumes a mask of four axes [B, 1, Tq, Tk], one head": '''
+def additive_mask(mask, dtype):
+    """bool mask -> float mask of dtype: 0 where True, finfo(dtype).min where False."""
+    b, _, tq, tk = mask.shape
+    out = torch.zeros(b, 1, tq, tk, dtype=dtype)
+    return out.masked_fill(~mask, torch.finfo(dtype).min)
+''',
     },
     "ex4-leak": {
         "stops one t early: range(1, T - 1) never tries t = T-1": '''
@@ -116,6 +133,29 @@ def future_leak(attend, x):
         x[:, t:] = torch.randn_like(x[:, t:])
         worst = max(worst, (attend(x)[:, :t] - base[:, :t]).abs().max().item())
     return worst
+''',
+    },
+    "ex5-empty-rows": {
+        "the function with the bug, unchanged": '''
+def masked_softmax(scores, mask):
+    """scores [..., Tq, Tk], bool mask (broadcasts) -> weights, rows of zeros where nothing is seen."""
+    return masked_softmax_with_a_bug(scores, mask)
+''',
+        "nan_to_num after the softmax: right weights, NaN gradient": '''
+def masked_softmax(scores, mask):
+    """scores [..., Tq, Tk], bool mask (broadcasts) -> weights, rows of zeros where nothing is seen."""
+    return torch.nan_to_num(masked_softmax_with_a_bug(scores, mask))
+''',
+        "where() zeroes the empty rows after the softmax: NaN gradient": '''
+def masked_softmax(scores, mask):
+    """scores [..., Tq, Tk], bool mask (broadcasts) -> weights, rows of zeros where nothing is seen."""
+    weights = masked_softmax_with_a_bug(scores, mask)
+    return torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros_like(weights))
+''',
+        "-1e9 instead of -inf: finite, but an empty row becomes uniform, not zeros": '''
+def masked_softmax(scores, mask):
+    """scores [..., Tq, Tk], bool mask (broadcasts) -> weights, rows of zeros where nothing is seen."""
+    return scores.masked_fill(~mask, -1e9).softmax(dim=-1)
 ''',
     },
 }

@@ -31,6 +31,12 @@ def ffn_by_hand(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.T
     """x [..., d_model]; w1 [d_ff, d_model], b1 [d_ff], w2 [d_model, d_ff], b2 [d_model]."""
     return F.gelu(x @ w1.T + b1) @ w2.T + b2
 ''',
+        "F.linear, which the exercise forbids": '''
+def ffn_by_hand(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+                b2: torch.Tensor) -> torch.Tensor:
+    """x [..., d_model]; w1 [d_ff, d_model], b1 [d_ff], w2 [d_model, d_ff], b2 [d_model]."""
+    return F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
+''',
     },
     "ex2-sort": {
         "puts min first and max second": '''
@@ -112,6 +118,50 @@ def as_convolutions(ffn: FeedForward) -> nn.Sequential:
         conv2.bias.copy_(ffn.linear2.bias)
     act = nn.ReLU() if ffn.activation_name == "relu" else nn.GELU(approximate="tanh")
     return nn.Sequential(conv1, act, conv2)
+''',
+        "the sizes of the visible test, Conv1d(8, 20) and Conv1d(20, 8)": '''
+def as_convolutions(ffn: FeedForward) -> nn.Sequential:
+    """The same map as ffn (in eval mode), as Conv1d(k=1) -> activation -> Conv1d(k=1)."""
+    conv1, conv2 = nn.Conv1d(8, 20, kernel_size=1), nn.Conv1d(20, 8, kernel_size=1)
+    with torch.no_grad():
+        conv1.weight.copy_(ffn.linear1.weight[:, :, None])
+        conv1.bias.copy_(ffn.linear1.bias)
+        conv2.weight.copy_(ffn.linear2.weight[:, :, None])
+        conv2.bias.copy_(ffn.linear2.bias)
+    return nn.Sequential(conv1, nn.ReLU() if ffn.activation_name == "relu" else nn.GELU(), conv2)
+''',
+    },
+    "ex4-silent": {
+        "counts outputs <= 0, so GELU's small negative values count as silent": '''
+silent = {}
+for _act in ("relu", "gelu"):
+    torch.manual_seed(0)
+    _f = FeedForward(128, 512, dropout=0.0, activation=_act)
+    _x = torch.randn(16, 10, 128)
+    with torch.no_grad():
+        _hidden = _f.activation(_f.linear1(_x))
+    silent[_act] = (_hidden <= 0).float().mean().item()
+silent_relu, silent_gelu = silent["relu"], silent["gelu"]
+''',
+        "looks at the FFN's output instead of its hidden layer": '''
+silent = {}
+for _act in ("relu", "gelu"):
+    torch.manual_seed(0)
+    _f = FeedForward(128, 512, dropout=0.0, activation=_act)
+    with torch.no_grad():
+        _out = _f(torch.randn(16, 10, 128))
+    silent[_act] = (_out <= 0).float().mean().item()
+silent_relu, silent_gelu = silent["relu"], silent["gelu"]
+''',
+        "counts the units that are silent for every input (none at initialisation)": '''
+silent = {}
+for _act in ("relu", "gelu"):
+    torch.manual_seed(0)
+    _f = FeedForward(128, 512, dropout=0.0, activation=_act)
+    with torch.no_grad():
+        _hidden = _f.activation(_f.linear1(torch.randn(16, 10, 128)))
+    silent[_act] = (_hidden == 0).all(dim=0).all(dim=0).float().mean().item()
+silent_relu, silent_gelu = silent["relu"], silent["gelu"]
 ''',
     },
 }

@@ -83,6 +83,18 @@ def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
     pad = tgt == pad_id  # [B, T]
     return (future[None, :, :] | pad[:, None, :])[:, None]  # [B, 1, T, T]
 ''',
+        "combine_masks(causal_mask, padding_mask), which the exercise forbids": '''
+def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
+    """tgt [B, T] -> bool [B, 1, T, T]: causal AND not padding."""
+    return combine_masks(causal_mask(tgt.size(1)), padding_mask(tgt, pad_id))
+''',
+        "pad_id 3, as in the visible test": '''
+def target_mask(tgt: torch.Tensor, pad_id: int = 0) -> torch.Tensor:
+    """tgt [B, T] -> bool [B, 1, T, T]: causal AND not padding."""
+    t = tgt.size(1)
+    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    return (causal[None, :, :] & (tgt != 3)[:, None, :])[:, None]
+''',
     },
     "ex3-param-formula": {
         "three tables: ignores sharing and tying": '''
@@ -125,6 +137,38 @@ def transformer_params(vocab: int, d_model: int, d_ff: int, num_layers: int) -> 
     decoder_layer = 2 * attention + ffn + 3 * norm
     positions = 512 * d_model
     return vocab * d_model + positions + num_layers * (encoder_layer + decoder_layer) + vocab
+''',
+        "builds the model and counts, which the exercise forbids": '''
+def transformer_params(vocab: int, d_model: int, d_ff: int, num_layers: int) -> int:
+    """Parameters of the shared, tied Post-LN Transformer with num_layers + num_layers layers."""
+    model = Transformer(vocab, vocab, d_model, 1, num_layers, num_layers, d_ff=d_ff,
+                        share_embeddings=True, tie_output=True)
+    return count_parameters(model)
+''',
+    },
+    "ex4-tie": {
+        "the function with the bug, unchanged": '''
+def tie_output_layer(model: Transformer) -> Transformer:
+    """Make the output layer's weight the target embedding table itself; return the model."""
+    return tie_output_layer_with_a_bug(model)
+''',
+        "a new Parameter holding a copy of the table": '''
+def tie_output_layer(model: Transformer) -> Transformer:
+    """Make the output layer's weight the target embedding table itself; return the model."""
+    model.generator.weight = nn.Parameter(model.tgt_embed.embedding.weight.detach().clone())
+    return model
+''',
+        "a new Parameter around the same memory: two parameters, updated twice": '''
+def tie_output_layer(model: Transformer) -> Transformer:
+    """Make the output layer's weight the target embedding table itself; return the model."""
+    model.generator.weight = nn.Parameter(model.tgt_embed.embedding.weight.data)
+    return model
+''',
+        "ties the source table instead of the target one": '''
+def tie_output_layer(model: Transformer) -> Transformer:
+    """Make the output layer's weight the target embedding table itself; return the model."""
+    model.generator.weight = model.src_embed.embedding.weight
+    return model
 ''',
     },
 }

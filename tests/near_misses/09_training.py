@@ -36,6 +36,13 @@ def smoothed_targets(labels: torch.Tensor, vocab_size: int, eps: float, pad_id: 
     q[:, pad_id] = 0.0
     return q
 ''',
+        "zeroes the rows of label 0, whatever pad_id is": '''
+def smoothed_targets(labels: torch.Tensor, vocab_size: int, eps: float, pad_id: int = 0) -> torch.Tensor:
+    """labels [N] -> q [N, vocab_size]: smoothed one-hot rows, zero rows at padding."""
+    q = torch.full((labels.size(0), vocab_size), eps / vocab_size)
+    q[torch.arange(labels.size(0)), labels] += 1.0 - eps
+    return q * (labels != 0).unsqueeze(1)
+''',
     },
     "ex2-token-accuracy": {
         "counts the padding positions too (plain mean over every position)": '''
@@ -61,6 +68,12 @@ def token_accuracy(logits: torch.Tensor, labels: torch.Tensor, pad_id: int = 0) 
     keep = labels != pad_id
     predicted = logits.argmax(1)[:, : labels.size(1)]
     return ((predicted == labels) & keep).sum().item() / keep.sum().item()
+''',
+        "compares with 0 instead of pad_id": '''
+def token_accuracy(logits: torch.Tensor, labels: torch.Tensor, pad_id: int = 0) -> float:
+    """logits [B, T, V], labels [B, T] -> share of non-pad positions predicted right."""
+    keep = labels != 0 if pad_id >= 0 else torch.ones_like(labels, dtype=torch.bool)
+    return ((logits.argmax(-1) == labels) & keep).sum().item() / keep.sum().item()
 ''',
     },
     "ex3-cosine": {
@@ -97,6 +110,15 @@ def warmup_cosine_lr(step: int, peak: float, warmup: int, total: int) -> float:
     if step >= total:
         return 0.0
     return peak * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
+''',
+        "the warm-up of the visible test, 100 steps, whatever warmup says": '''
+def warmup_cosine_lr(step: int, peak: float, warmup: int, total: int) -> float:
+    """Learning rate at `step` (from 1): linear warm-up to `peak`, cosine decay to 0 at `total`."""
+    if step <= warmup:
+        return peak * step / 100
+    if step >= total:
+        return 0.0
+    return 0.5 * peak * (1 + math.cos(math.pi * (step - warmup) / (total - warmup)))
 ''',
     },
     "ex4-clip": {
@@ -157,6 +179,16 @@ def clip_grad_norm(parameters, max_norm: float) -> float:
     if norm > max_norm:
         for p in parameters:
             p.grad.mul_(max_norm / norm)
+    return norm
+''',
+        "walks the parameters twice: a generator is empty the second time": '''
+def clip_grad_norm(parameters, max_norm: float) -> float:
+    """Scale the gradients of `parameters` in place so their global L2 norm is <= max_norm."""
+    norm = math.sqrt(sum((p.grad.detach() ** 2).sum().item() for p in parameters if p.grad is not None))
+    if norm > max_norm:
+        for p in parameters:
+            if p.grad is not None:
+                p.grad.mul_(max_norm / norm)
     return norm
 ''',
     },

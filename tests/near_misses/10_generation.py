@@ -37,6 +37,12 @@ def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
     kth = logits.topk(k, dim=-1).values[..., -1:]
     return logits.masked_fill(logits < kth, 0.0)
 ''',
+        "the k-th value with [:, -1:], right for two axes only": '''
+def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+    kth = logits.topk(k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+''',
     },
     "ex2-repetition": {
         "divides every generated token's logit, whatever its sign (a negative one goes up)": '''
@@ -70,6 +76,12 @@ def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: f
             else:
                 logits[b, token] *= penalty
     return logits
+''',
+        "the penalty of the visible example, 2, whatever penalty says": '''
+def repetition_penalty(logits: torch.Tensor, generated: torch.Tensor, penalty: float) -> torch.Tensor:
+    """logits [B, V], generated [B, t] ids -> penalised logits [B, V]."""
+    seen = torch.zeros_like(logits, dtype=torch.bool).scatter(1, generated, True)
+    return torch.where(seen, torch.where(logits > 0, logits / 2, logits * 2), logits)
 ''',
     },
     "ex3-cache-bytes": {

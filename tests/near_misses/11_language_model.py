@@ -72,6 +72,13 @@ def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Ten
     labels = torch.cat([window[1:], window.new_tensor([IGNORE_INDEX])])
     return window, labels.masked_fill(labels == BOS_ID, IGNORE_INDEX)
 ''',
+        "windows of 5, the length of the visible test": '''
+def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """stream [N] -> (inputs [seq_len], labels [seq_len]) of the window starting at start."""
+    window = stream[start:start + 6]
+    labels = window[1:].masked_fill(window[1:] == BOS_ID, IGNORE_INDEX)
+    return window[:-1], labels
+''',
     },
     "ex3-regulated": {
         "checks each line but not that all lines share one length": '''
@@ -106,6 +113,35 @@ def regulated_poem(text: str) -> int | None:
     if len(forms) >= 2 and forms[0] is not None and all(f == forms[0] for f in forms):
         return forms[0]
     return None
+''',
+    },
+    "ex4-unigram": {
+        "the function with the bug, unchanged": '''
+def unigram_probs(stream: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] add-one smoothed probabilities of the labels of `stream`; 0 for <pad> and <bos>."""
+    return unigram_probs_with_a_bug(stream, vocab_size)
+''',
+        "zeroes <pad> and <bos> after normalising: the rest sums to less than 1": '''
+def unigram_probs(stream: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] add-one smoothed probabilities of the labels of `stream`; 0 for <pad> and <bos>."""
+    probs = unigram_probs_with_a_bug(stream, vocab_size)
+    probs[[PAD_ID, BOS_ID]] = 0.0
+    return probs
+''',
+        "no smoothing: an unseen token gets probability 0": '''
+def unigram_probs(stream: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] add-one smoothed probabilities of the labels of `stream`; 0 for <pad> and <bos>."""
+    labels = next_token_labels(stream[1:])
+    counts = torch.bincount(labels[labels != IGNORE_INDEX], minlength=vocab_size).float()
+    return counts / counts.sum()
+''',
+        "counts the inputs instead of the labels": '''
+def unigram_probs(stream: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] add-one smoothed probabilities of the labels of `stream`; 0 for <pad> and <bos>."""
+    tokens = stream[:-1]
+    counts = torch.bincount(tokens, minlength=vocab_size).float() + 1
+    counts[[PAD_ID, BOS_ID]] = 0.0
+    return counts / counts.sum()
 ''',
     },
 }

@@ -5,34 +5,82 @@ answer below (as it fails on the stub) and passes on the solution. Each answer i
 the whole source of the exercise's solution cell, as a student would return it.
 """
 
-NEAR_MISSES = {
-    "ex1-rmsnorm": {
-        "subtracts the mean first (that is LayerNorm without the bias)": '''
+RMS = '''
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """x [..., d], weight [d] -> x / sqrt(mean(x**2) + eps) * weight, same shape as x."""
+'''
+ROTATE = '''
+def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
+'''
+REPEAT = '''
+def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """k [B, g, T, d] -> [B, num_heads, T, d]: query head j reads key/value head j // (num_heads // g)."""
+'''
+SWIGLU = '''
+def swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
+           down_weight: torch.Tensor) -> torch.Tensor:
+    """x [..., d_model] -> down(silu(gate(x)) * up(x)) [..., d_model], weights as nn.Linear holds them."""
+'''
+VERDICT = '''
+def verdict(a: list[float], b: list[float]) -> str:
+    """'better', 'worse' or 'within noise': variant a against variant b, from their runs' perplexities."""
+'''
+
+NEAR_MISSES = {
+    "ex1-rmsnorm": {
+        "subtracts the mean first (that is LayerNorm without the bias)": RMS + '''
     centred = x - x.mean(dim=-1, keepdim=True)
     return centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 ''',
-        "adds eps outside the square root": '''
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x [..., d], weight [d] -> x / sqrt(mean(x**2) + eps) * weight, same shape as x."""
+        "adds eps outside the square root": RMS + '''
     return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight
 ''',
-        "divides by the norm, not the root mean square (sum instead of mean)": '''
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x [..., d], weight [d] -> x / sqrt(mean(x**2) + eps) * weight, same shape as x."""
+        "divides by the norm, not the root mean square (sum instead of mean)": RMS + '''
     return x * torch.rsqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) * weight
 ''',
-        "forgets the learned scale": '''
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x [..., d], weight [d] -> x / sqrt(mean(x**2) + eps) * weight, same shape as x."""
+        "forgets the learned scale": RMS + '''
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+''',
+        "ignores eps: a constant 1e-6 inside (issue 20)": RMS + '''
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-6) * weight
+''',
+        "calls F.rms_norm, which the exercise forbids (issue 20)": RMS + '''
+    return F.rms_norm(x, (x.size(-1),), weight, eps=eps)
+''',
+        "builds nn.RMSNorm, which the exercise forbids": RMS + '''
+    norm = nn.RMSNorm(x.size(-1), eps=eps).to(x.dtype)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+    return norm(x)
+''',
+        "normalises over the first axis": RMS + '''
+    return x * torch.rsqrt(x.pow(2).mean(dim=0, keepdim=True) + eps) * weight
+''',
+        "computes in float32 whatever the input": RMS + '''
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 ''',
     },
     "ex2-rotate": {
-        "pairs the two halves (i, i + d/2) instead of neighbours (2i, 2i + 1)": '''
-def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
+        "assumes consecutive positions: positions[0] + arange(T) (issue 20)": ROTATE + '''
+    d = x.size(-1)
+    freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    steps = positions[0] + torch.arange(x.size(0))
+    angles = steps[:, None].double() * freqs
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[:, 0::2], x[:, 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+''',
+        "turns by the row's index, not its position": ROTATE + '''
+    d = x.size(-1)
+    freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = torch.arange(x.size(0))[:, None].double() * freqs
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    even, odd = x[:, 0::2], x[:, 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+''',
+        "pairs the two halves (i, i + d/2), as some libraries do": ROTATE + '''
     d = x.size(-1)
     freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     angles = positions[:, None].double() * freqs
@@ -40,9 +88,7 @@ def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     first, second = x[:, : d // 2], x[:, d // 2:]
     return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
 ''',
-        "turns the wrong way (the sine's sign swapped)": '''
-def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
+        "turns the other way (the sine's sign swapped)": ROTATE + '''
     d = x.size(-1)
     freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     angles = positions[:, None].double() * freqs
@@ -50,44 +96,99 @@ def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     even, odd = x[:, 0::2], x[:, 1::2]
     return torch.stack([even * cos + odd * sin, -even * sin + odd * cos], dim=-1).flatten(-2)
 ''',
-        "frequencies 10000**(-i/d) instead of 10000**(-2i/d)": '''
-def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
+        "frequencies 10000**(-i/d) instead of 10000**(-2i/d)": ROTATE + '''
     d = x.size(-1)
     freqs = 10000.0 ** (-torch.arange(0, d // 2, dtype=torch.float64) / d)
     angles = positions[:, None].double() * freqs
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     even, odd = x[:, 0::2], x[:, 1::2]
-    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 ''',
-        "counts positions from the row index, ignoring the positions given": '''
-def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
+        "sorts the positions first, as if the rows were in order": ROTATE + '''
     d = x.size(-1)
     freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = torch.arange(x.size(0), dtype=torch.float64)[:, None] * freqs
+    angles = positions.sort().values[:, None].double() * freqs
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     even, odd = x[:, 0::2], x[:, 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 ''',
     },
     "ex3-repeat-kv": {
-        "tiles the heads (repeat): query head j reads head j % g, not j // (h / g)": '''
-def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """k [B, g, T, d] -> [B, num_heads, T, d]: query head j reads key/value head j // (num_heads // g)."""
+        "the group size read off the check's message: repeat_interleave(3) (issue 20)": REPEAT + '''
+    return k.repeat_interleave(3, dim=1)
+''',
+        "tiles the heads (head j reads j % g), as k.repeat does": REPEAT + '''
     return k.repeat(1, num_heads // k.size(1), 1, 1)
 ''',
-        "repeats along time instead of heads, then reshapes": '''
-def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """k [B, g, T, d] -> [B, num_heads, T, d]: query head j reads key/value head j // (num_heads // g)."""
-    b, g, t, d = k.shape
-    return k.repeat_interleave(num_heads // g, dim=2).reshape(b, num_heads, t, d)
+        "the group size from the batch axis": REPEAT + '''
+    return k.repeat_interleave(num_heads // k.size(0), dim=1)
 ''',
-        "expands on a new axis before the heads: the copies interleave, as with repeat": '''
-def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """k [B, g, T, d] -> [B, num_heads, T, d]: query head j reads key/value head j // (num_heads // g)."""
-    b, g, t, d = k.shape
-    return k[:, None].expand(b, num_heads // g, g, t, d).reshape(b, num_heads, t, d)
+        "repeats along the batch axis": REPEAT + '''
+    return k.repeat_interleave(num_heads // k.size(1), dim=0)
+''',
+        "expands to num_heads copies of the first head": REPEAT + '''
+    return k[:, :1].expand(-1, num_heads, -1, -1)
+''',
+    },
+    "ex4-swiglu": {
+        "SiLU on the up projection instead of the gate": SWIGLU + '''
+    up = x @ up_weight.T
+    return (up * torch.sigmoid(up) * (x @ gate_weight.T)) @ down_weight.T
+''',
+        "GLU: sigmoid of the gate, not SiLU": SWIGLU + '''
+    return (torch.sigmoid(x @ gate_weight.T) * (x @ up_weight.T)) @ down_weight.T
+''',
+        "ReGLU: ReLU of the gate": SWIGLU + '''
+    return (torch.relu(x @ gate_weight.T) * (x @ up_weight.T)) @ down_weight.T
+''',
+        "SiLU after the product": SWIGLU + '''
+    z = (x @ gate_weight.T) * (x @ up_weight.T)
+    return (z * torch.sigmoid(z)) @ down_weight.T
+''',
+        "calls F.silu, which the exercise forbids": SWIGLU + '''
+    return (F.silu(x @ gate_weight.T) * (x @ up_weight.T)) @ down_weight.T
+''',
+        "adds the two projections instead of multiplying": SWIGLU + '''
+    gate = x @ gate_weight.T
+    return (gate * torch.sigmoid(gate) + x @ up_weight.T) @ down_weight.T
+''',
+    },
+    "ex5-verdict": {
+        "compares the means": VERDICT + '''
+    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
+    if mean_a < mean_b:
+        return "better"
+    if mean_b < mean_a:
+        return "worse"
+    return "within noise"
+''',
+        "compares the best runs": VERDICT + '''
+    if min(a) < min(b):
+        return "better"
+    if min(b) < min(a):
+        return "worse"
+    return "within noise"
+''',
+        "a tie counts as better (<= instead of <)": VERDICT + '''
+    if max(a) <= min(b):
+        return "better"
+    if max(b) <= min(a):
+        return "worse"
+    return "within noise"
+''',
+        "compares seed by seed, only as many as the shorter list": VERDICT + '''
+    if all(x < y for x, y in zip(a, b)):
+        return "better"
+    if all(y < x for x, y in zip(a, b)):
+        return "worse"
+    return "within noise"
+''',
+        "higher is better": VERDICT + '''
+    if min(a) > max(b):
+        return "better"
+    if min(b) > max(a):
+        return "worse"
+    return "within noise"
 ''',
     },
 }

@@ -1,0 +1,121 @@
+"""The wrong answers and cheats that scored before issue 20, graded as a teacher grades a
+class: through real nbgrader and through `make grade`, on real chapters. Each must score
+nothing, by both routes.
+
+The students (one notebook per chapter each):
+
+- `issue_answers`: in every exercise, the wrong answer or cheat that the issue lists for
+  it (near-misses labelled "(issue 20)" in tests/near_misses/), else the first recorded
+  near-miss: an answer fitted to one shape or one eps, a forbidden function, a patched
+  reference class, numbers copied from a failure message;
+- `rewritten_checks`: no work at all, and an IPython input transformer that rewrites
+  every check cell to `print('passed')` on its way to the kernel;
+- `hidden_errors`: no work at all, and a custom exception handler that swallows every
+  error of the checks (`set_custom_exc`);
+- `solved`: the solutions, as a student would type them (full marks, the control).
+
+Every check of every chapter is proven against its stub and near-misses by `make
+exercises` (one route, the book's kernel with the guard); this file proves, on the
+chapters the issue was tried on, that nbgrader's route and the gradebook agree.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import exercises  # noqa: E402
+from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_chapter  # noqa: E402
+
+pytestmark = pytest.mark.nbgrader
+
+CHAPTERS = ["03_attention", "07_blocks"]
+BIN = Path(sys.executable).parent
+REWRITE = ("get_ipython().input_transformers_post.append(lambda lines: [\"print('passed')\\n\"] "
+           "if lines and lines[0].startswith('#| check') else lines)\n")
+SWALLOW = "get_ipython().set_custom_exc((Exception,), lambda *args, **kwargs: None)\n"
+
+
+def issue_answer(answers: dict[str, str]) -> str:
+    """The answer the issue lists for an exercise, else the first recorded near-miss."""
+    listed = [source for label, source in answers.items() if "(issue 20)" in label]
+    return (listed or list(answers.values()))[0]
+
+
+def submission(chapter, released: nbformat.NotebookNode, student: str) -> nbformat.NotebookNode:
+    notebook = nbformat.from_dict(released)
+    wrong = exercises.near_misses(chapter)
+    first = True
+    for cell in notebook.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
+        if not cell.metadata.get("nbgrader", {}).get("solution") or cell.cell_type != "code":
+            continue
+        name = grade_id.removesuffix("-solution")
+        if student == "solved":
+            original = next(c.source for c in chapter.notebook.cells
+                            if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+            cell.source = "\n".join(line for line in original.splitlines()
+                                    if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
+        elif student == "issue_answers":
+            cell.source = issue_answer(wrong[name])
+        elif first:  # the stub, with the cheat in the first solution cell
+            cell.source = (REWRITE if student == "rewritten_checks" else SWALLOW) + cell.source
+        first = False
+    return notebook
+
+
+STUDENTS = ("solved", "issue_answers", "rewritten_checks", "hidden_errors")
+
+
+def test_the_issue_class_scores_nothing_through_nbgrader_and_make_grade(tmp_path):
+    chapters = [read_chapter(ROOT / "chapters" / f"{name}.ipynb") for name in CHAPTERS]
+    course = tmp_path / "course"
+    subprocess.run([sys.executable, str(ROOT / "tools" / "exercises.py"), "course", str(course),
+                    *[str(c.path) for c in chapters]], check=True, capture_output=True)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "OMP_NUM_THREADS": "1"}
+
+    def nbgrader(*args):
+        run = subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=env,
+                             capture_output=True, text=True, timeout=3600)
+        assert run.returncode == 0, f"nbgrader {args}:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+
+    nbgrader("generate_assignment", "*")
+    returned = tmp_path / "returned"
+    for chapter in chapters:
+        released = nbformat.read(course / "release" / chapter.name / chapter.path.name, as_version=4)
+        for student in STUDENTS:
+            notebook = submission(chapter, released, student)
+            for folder in (course / "submitted" / student / chapter.name, returned / student):
+                folder.mkdir(parents=True, exist_ok=True)
+                nbformat.write(notebook, folder / chapter.path.name)
+    nbgrader("autograde", "*")
+    nbgrader("export")
+    with open(course / "grades.csv", newline="") as handle:
+        by_nbgrader = {(r["assignment"], r["student_id"]): float(r["score"]) for r in csv.DictReader(handle)}
+
+    out = tmp_path / "graded"
+    exercises.main(["grade", str(returned), "--out", str(out), "--jobs", "2"])
+    with open(out / "summary.csv", newline="") as handle:
+        by_gradebook = {row["student"]: row for row in csv.DictReader(handle)}
+
+    table = []
+    for chapter in chapters:
+        full = float(sum(chapter.points[name] for name, _ in chapter.checks))
+        for student in STUDENTS:
+            want = full if student == "solved" else 0.0
+            got_nbgrader = by_nbgrader[(chapter.name, student)]
+            got_gradebook = float(by_gradebook[student][chapter.name].split("/")[0])
+            table.append((chapter.name, student, want, got_nbgrader, got_gradebook))
+    print("\n".join(f"{c:<16} {s:<17} want {w:>4g}  nbgrader {n:>4g}  make grade {g:>4g}"
+                    for c, s, w, n, g in table))
+    assert all(w == n == g for _, _, w, n, g in table), table
