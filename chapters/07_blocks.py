@@ -438,15 +438,17 @@ class EncoderBlock(nn.Module):
 # %%
 #| export
 def _attend(attn: MultiHeadAttention, query: Tensor, kv: Tensor, mask: Tensor | None,
-            cache: dict | None, static_kv: bool = False) -> Tensor:
+            cache: dict | None, static_kv: bool = False, is_causal: bool = False) -> Tensor:
     """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through the KV cache if one is given.
 
     need_weights=False (by keyword: chapter 10 turns it on with a forward pre-hook to
-    draw the cross-attention).
+    draw the cross-attention); is_causal only when asked, so that a hook sees the same
+    keywords as before.
     """
+    causal = {"is_causal": True} if is_causal else {}
     if cache is None:
-        return attn(query, kv, kv, mask, need_weights=False)[0]
-    return attn(query, kv, kv, mask, cache=cache, static_kv=static_kv, need_weights=False)[0]
+        return attn(query, kv, kv, mask, need_weights=False, **causal)[0]
+    return attn(query, kv, kv, mask, cache=cache, static_kv=static_kv, need_weights=False, **causal)[0]
 
 
 class DecoderBlock(nn.Module):
@@ -497,8 +499,9 @@ class DecoderBlock(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: dict | None = None) -> Tensor:
-        return self.dropout1(_attend(self.self_attn, x, x, mask, cache))  # [B, T, d_model]
+    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: dict | None = None,
+                  is_causal: bool = False) -> Tensor:
+        return self.dropout1(_attend(self.self_attn, x, x, mask, cache, is_causal=is_causal))  # [B, T, d_model]
 
     def _mha_block(self, x: Tensor, memory: Tensor, mask: Tensor | None,
                    cache: dict | None = None) -> Tensor:
@@ -510,7 +513,8 @@ class DecoderBlock(nn.Module):
         return self.dropout3(self.ffn(x))  # [B, T, d_model]
 
     def forward(self, x: Tensor, memory: Tensor | None, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
+                memory_mask: Tensor | None = None, cache: dict | None = None,
+                tgt_is_causal: bool = False) -> Tensor:
         """One decoder layer.
 
         Args:
@@ -523,6 +527,9 @@ class DecoderBlock(nn.Module):
                 (the source padding mask [batch, 1, 1, src_len]).
             cache: None, or a dict whose sub-dicts "self" and "cross" (created if absent)
                 hold the attention keys/values for incremental decoding (chapter 10).
+            tgt_is_causal: the self-attention is causal besides tgt_mask (PyTorch's name):
+                position i sees positions 0..i, without a mask to build or read (chapter
+                03's is_causal; default False).
 
         Returns:
             [batch, tgt_len, d_model].
@@ -532,6 +539,7 @@ class DecoderBlock(nn.Module):
                 to a block without cross-attention (or missing for one with it).
             TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
         """
+        _check_bool("tgt_is_causal", tgt_is_causal)
         dtype = self.self_attn.out_proj.weight.dtype
         _check_stream(x, self.d_model, "x", dtype)
         if not self.cross_attention:
@@ -540,9 +548,9 @@ class DecoderBlock(nn.Module):
                                  "pass memory=None and memory_mask=None")
             self_cache = None if cache is None else cache.setdefault("self", {})
             if self.norm_first:
-                x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache)
+                x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache, tgt_is_causal)
                 return x + self._ff_block(self.norm3(x))
-            x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache))
+            x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache, tgt_is_causal))
             return self.norm3(x + self._ff_block(x))
         if memory is None:
             raise ValueError("memory is None, but this DecoderBlock cross-attends to it: pass the "
@@ -559,10 +567,10 @@ class DecoderBlock(nn.Module):
         norm2 = self.norm2
         assert norm2 is not None  # built with cross_attention, checked above
         if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache)
+            x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache, tgt_is_causal)
             x = x + self._mha_block(norm2(x), memory, memory_mask, cross_cache)
             return x + self._ff_block(self.norm3(x))
-        x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache))
+        x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache, tgt_is_causal))
         x = norm2(x + self._mha_block(x, memory, memory_mask, cross_cache))
         return self.norm3(x + self._ff_block(x))
 
@@ -646,13 +654,15 @@ class Decoder(nn.Module):
         self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()
 
     def forward(self, x: Tensor, memory: Tensor | None, tgt_mask: Tensor | None = None,
-                memory_mask: Tensor | None = None, caches: list[dict] | None = None) -> Tensor:
+                memory_mask: Tensor | None = None, caches: list[dict] | None = None,
+                tgt_is_causal: bool = False) -> Tensor:
         """Run every block on the same memory.
 
         Args:
             x: [batch, tgt_len, d_model].
             memory: [batch, src_len, d_model] (None without cross-attention).
-            tgt_mask, memory_mask: as in DecoderBlock (bool, True = may attend).
+            tgt_mask, memory_mask, tgt_is_causal: as in DecoderBlock (bool masks, True = may
+                attend).
             caches: None, or a list of num_layers dicts, one per layer (chapter 10).
 
         Returns:
@@ -664,7 +674,7 @@ class Decoder(nn.Module):
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"caches must hold one dict per layer ({len(self.layers)}), got {len(caches)}")
         for i, layer in enumerate(self.layers):
-            x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i])
+            x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i], tgt_is_causal)
         return self.norm(x)
 
 

@@ -983,7 +983,6 @@ from functools import partial
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
 from transformer.feedforward import FeedForward
-from transformer.masks import causal_mask
 from transformer.model import PretrainedModel, _check_special_ids
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import PositionalEncoding
@@ -1111,15 +1110,17 @@ class LanguageModel(PretrainedModel):
             raise ValueError(f"ids is too long: positions {start}..{start + ids.size(1) - 1} exceed "
                              f"max_len={self.max_len}; build the LanguageModel with a larger max_len")
         t = ids.size(1)
-        # Query i (at position start + i) may see keys 0 .. start + i: cached and new.
-        mask = causal_mask(t, ids.device) if start == 0 else (
+        # Query i (at position start + i) may see keys 0 .. start + i: cached and new. From
+        # position 0 that is chapter 04's causal mask, passed as chapter 03's flag (the fused
+        # kernel skips the blocks above the diagonal); one new position sees every key.
+        mask = None if start == 0 or t == 1 else (
             torch.ones(1, 1, t, start + t, dtype=torch.bool, device=ids.device).tril(start))
         x = self.embed(ids)  # [B, T, d_model]
         if self.positional is not None:
             x = self.positional(x, start)  # [B, T, d_model]
         elif self.embed_dropout is not None:  # rotary: positions are turned inside attention
             x = self.embed_dropout(x)
-        x = self.decoder(x, None, mask, None, caches)  # [B, T, d_model]
+        x = self.decoder(x, None, mask, None, caches, tgt_is_causal=start == 0)  # [B, T, d_model]
         return self.generator(x)  # [B, T, V]
 
 
@@ -1565,6 +1566,8 @@ for p, row, one in zip(prompts, batched, alone, strict=True):  # the batch chang
 # The running example is Li Bai's quiet-night poem, 静夜思.
 
 # %%
+from transformer.masks import causal_mask
+
 trace_ids = poem[None, :-1]  # [1, 26]: <bos> 床 前 ... 乡
 print("ids               ", list(trace_ids.shape))
 with eval_mode(model):

@@ -445,12 +445,12 @@ class GroupedQueryAttention(MultiHeadAttention):
         self.v_proj = nn.Linear(d_model, num_kv_heads * self.d_head, bias=bias)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-               need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+               need_weights: bool = True, is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
         """q [B, h, Tq, d_head], k and v [B, g, Tk, d_head] -> out [B, h, Tq, d_head], weights."""
         group = self.num_heads // self.num_kv_heads  # query heads per key/value head
         k = k.repeat_interleave(group, dim=1)  # [B, h, Tk, d_head]: head j // group for query head j
         v = v.repeat_interleave(group, dim=1)
-        return super().attend(q, k, v, mask, need_weights)
+        return super().attend(q, k, v, mask, need_weights, is_causal)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}"

@@ -164,3 +164,83 @@ def test_blocks_fused_equal_explained_in_training_with_dropout_zero(norm_first):
     g_explained = torch.autograd.grad(explained.sum(), list(enc.parameters()))
     for a, b in zip(g_fused, g_explained, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_is_causal_equals_the_causal_mask_values_and_gradients(need_weights, with_mask):
+    """is_causal=True (the flag the fused kernel takes) gives what chapter 04's causal mask gives,
+    on both paths, alone or ANDed with a padding mask."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(3, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    padding = (torch.arange(7) < torch.tensor([7, 4, 1])[:, None])[:, None, None]  # [3, 1, 1, 7]
+    mask = padding if with_mask else None
+    results = []
+    for flag in (False, True):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        given = mask if flag else (causal if mask is None else mask & causal)
+        out, weights = scaled_dot_product_attention(*leaves, given, need_weights=need_weights, is_causal=flag)
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, 4, dtype=out.dtype)).sum(), leaves)
+        results.append((out, grads, weights))
+    (out_m, grads_m, w_m), (out_c, grads_c, w_c) = results
+    torch.testing.assert_close(out_c, out_m, atol=1e-12, rtol=0)
+    for a, b in zip(grads_c, grads_m, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    if need_weights:
+        assert w_c.triu(1).eq(0).all()
+        torch.testing.assert_close(w_c, w_m, atol=1e-12, rtol=0)
+
+
+def test_is_causal_uses_the_kernels_flag_and_refuses_unequal_lengths(monkeypatch):
+    """Without a mask, the fused path hands is_causal to PyTorch's kernel (which then skips the
+    blocks above the diagonal) instead of building a mask; q_len != k_len is an error."""
+    seen = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("attn_mask") is None, kwargs.get("is_causal", False)))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    q = torch.randn(1, 2, 5, 4)
+    scaled_dot_product_attention(q, q, q, need_weights=False, is_causal=True)
+    assert seen == [(True, True)]
+    with pytest.raises(ValueError, match="is_causal needs q_len == k_len"):
+        scaled_dot_product_attention(q, torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4), is_causal=True)
+    with pytest.raises(ValueError, match="is_causal"):
+        scaled_dot_product_attention(q, q, q, is_causal=1)
+
+
+def test_is_causal_with_dropout_drops_only_visible_weights():
+    """The explained path with dropout (the CPU's training path) under is_causal: nothing above
+    the diagonal, and in eval-equivalent dropout 0 the rows sum to 1."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 2, 6, 4)
+    _, weights = scaled_dot_product_attention(q, q, q, dropout_p=0.5, is_causal=True)
+    assert weights.triu(1).eq(0).all() and weights.tril().ne(0).any()
+    _, weights = scaled_dot_product_attention(q, q, q, is_causal=True)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 6))
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("with_padding", [False, True])
+def test_decoder_block_tgt_is_causal_equals_the_causal_mask(norm_first, with_padding):
+    """A decoder block in training mode (dropout 0, so the fused path runs) gives the same
+    output and gradients with tgt_is_causal=True as with chapter 04's causal mask, alone or
+    with a target padding mask, with cross-attention to a padded source."""
+    torch.manual_seed(3)
+    dec = DecoderBlock(16, 4, 32, dropout=0.0, norm_first=norm_first).train()
+    x, memory = torch.randn(3, 6, 16), torch.randn(3, 5, 16)
+    memory_mask = (torch.arange(5) < torch.tensor([5, 3, 1])[:, None])[:, None, None]  # [3, 1, 1, 5]
+    padding = (torch.arange(6) < torch.tensor([6, 4, 2])[:, None])[:, None, None] if with_padding else None
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    by_mask = dec(x, memory, causal if padding is None else padding & causal, memory_mask)
+    by_flag = dec(x, memory, padding, memory_mask, tgt_is_causal=True)
+    torch.testing.assert_close(by_flag, by_mask, atol=1e-6, rtol=0)
+    g_mask = torch.autograd.grad(by_mask.square().sum(), list(dec.parameters()))
+    g_flag = torch.autograd.grad(by_flag.square().sum(), list(dec.parameters()))
+    for a, b in zip(g_flag, g_mask, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="tgt_is_causal"):
+        dec(x, memory, padding, memory_mask, tgt_is_causal=1)

@@ -235,6 +235,48 @@ def test_lm_has_no_future_leak(norm_first):
         torch.testing.assert_close(model(ids)[:, :t], model(changed)[:, :t], atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("train", [False, True])
+def test_lm_causal_flag_equals_chapter_04s_mask(norm_first, train):
+    """The model hands the causal mask to attention as a flag (is_causal, the fused kernel's):
+    same logits and gradients as chapter 04's causal_mask given to the same blocks."""
+    from transformer.masks import causal_mask
+
+    model = small_lm(norm_first=norm_first, dropout=0.0).train(train)
+    ids = torch.randint(4, 30, (3, 9))
+
+    def by_mask(ids):  # the model's forward, spelled out with an explicit mask
+        x = model.positional(model.embed(ids))
+        return model.generator(model.decoder(x, None, causal_mask(ids.size(1))))
+
+    a, b = model(ids), by_mask(ids)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    ga = torch.autograd.grad(a.square().sum(), list(model.parameters()))
+    gb = torch.autograd.grad(b.square().sum(), list(model.parameters()))
+    for x, y in zip(ga, gb, strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+def test_lm_gives_the_kernel_the_causal_flag_and_no_mask(monkeypatch):
+    seen = []
+    fused = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("attn_mask") is None, kwargs.get("is_causal", False)))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    model = small_lm(dropout=0.0).eval()
+    with torch.no_grad():
+        model(torch.randint(4, 30, (2, 6)))
+        assert seen == [(True, True)] * len(model.decoder.layers)
+        seen.clear()
+        caches = [{} for _ in model.decoder.layers]
+        model(torch.randint(4, 30, (2, 6)), caches)
+        model(torch.randint(4, 30, (2, 1)), caches, start=6)  # one new position: no mask at all
+        assert seen == [(True, True)] * len(model.decoder.layers) + [(True, False)] * len(model.decoder.layers)
+
+
 def test_lm_kv_cache_gives_the_logits_of_a_full_pass():
     model = small_lm()
     ids = torch.randint(4, 30, (2, 11))

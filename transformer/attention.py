@@ -66,10 +66,11 @@ def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], name: str = "mask")
 
 
 def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                     dropout_p: float, scale: float) -> Tensor:
+                     dropout_p: float, scale: float, is_causal: bool = False) -> Tensor:
     """The same output through PyTorch's fused kernel, which never returns the weights."""
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+    if mask is None:  # with is_causal the kernel skips the blocks above the diagonal
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale,
+                                              is_causal=is_causal)
     # A row with no visible key would be 0/0 inside the kernel (NaN in older PyTorch
     # releases, forward and backward): let it see every key, then zero its output, which is
     # what the explained path does too. No branch on the mask's values: traceable.
@@ -87,6 +88,7 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = True,
+    is_causal: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """softmax(q k^T * scale) v, returning (output, weights).
 
@@ -107,6 +109,10 @@ def scaled_dot_product_attention(
             from PyTorch's fused kernel, which never stores the [q_len, k_len] matrix
             (except with dropout on the CPU, where the explained path is faster), and the
             weights returned are None.
+        is_causal: query i may also attend only to keys 0..i (chapter 04's causal mask,
+            given as a flag, as PyTorch's is_causal; q_len == k_len), on top of mask if
+            one is given (default False). Without a mask the fused kernel then skips the
+            blocks above the diagonal instead of reading a mask.
 
     Returns:
         output [..., q_len, d_v], and weights [..., q_len, k_len] (the weights actually
@@ -122,14 +128,23 @@ def scaled_dot_product_attention(
     _check_qkv(q, k, v)
     _check_float("dropout_p", dropout_p, 0.0, 1.0)
     _check_bool("need_weights", need_weights)
+    _check_bool("is_causal", is_causal)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else _check_float(
         "scale", scale, 0.0, low_closed=False)
     if mask is not None:
         mask = _check_mask(mask, (*q.shape[:-1], k.size(-2)))
+    if is_causal and q.size(-2) != k.size(-2):
+        raise ValueError(f"is_causal needs q_len == k_len (query i sees keys 0..i), got q_len "
+                         f"{q.size(-2)} and k_len {k.size(-2)}; pass a mask instead")
     # PyTorch's CPU kernel has no dropout of its own (it falls back to a slower unfused
     # path), so with dropout on the CPU the explained path below is the faster one.
     if not need_weights and (dropout_p == 0.0 or q.device.type != "cpu"):
-        return _fused_attention(q, k, v, mask, dropout_p, scale), None
+        if is_causal and mask is not None:  # both: one mask for the kernel
+            mask = mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        return _fused_attention(q, k, v, mask, dropout_p, scale, is_causal and mask is None), None
+    if is_causal:  # the explained path reads the causal mask itself: [q_len, k_len]
+        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        mask = causal if mask is None else mask & causal
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
     if mask is None:
         weights = scores.softmax(dim=-1)

@@ -186,6 +186,7 @@ class MultiHeadAttention(nn.Module):
         cache: dict | None = None,
         static_kv: bool = False,
         need_weights: bool = True,
+        is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from each query position to the key/value positions it may see.
 
@@ -207,6 +208,9 @@ class MultiHeadAttention(nn.Module):
                 and returns None for them; the blocks of chapter 07 pass False. To read
                 the weights of a module inside a model, register a forward pre-hook
                 (with_kwargs=True) that sets kwargs["need_weights"] = True.
+            is_causal: query i may attend only to keys 0..i (Tq == Tk), on top of mask:
+                chapter 04's causal mask as chapter 03's flag, which lets the fused kernel
+                skip the blocks above the diagonal (default False).
 
         Returns:
             output [B, Tq, d_model], and weights [B, num_heads, Tq, Tk] (after dropout)
@@ -246,11 +250,11 @@ class MultiHeadAttention(nn.Module):
                 v = torch.cat([cache["v"], v], dim=2)
         if cache is not None:
             cache["k"], cache["v"] = k, v  # [B, h, Tk, d_head]
-        out, weights = self.attend(q, k, v, mask, need_weights)
+        out, weights = self.attend(q, k, v, mask, need_weights, is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-               need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+               need_weights: bool = True, is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
         """Chapter 03's attention on every head at once, dropout on the weights in training.
 
         Args:
@@ -259,11 +263,13 @@ class MultiHeadAttention(nn.Module):
             v: values [B, h, Tk, d_head].
             mask: optional bool, True = may attend, broadcastable to [B, h, Tq, Tk].
             need_weights: return the weights (else the fused kernel, and None).
+            is_causal: query i sees keys 0..i only, on top of mask (chapter 03's flag).
 
         Returns:
             out [B, h, Tq, d_head], and weights [B, h, Tq, Tk] or None.
         """
         dropout_p = self.dropout.p if self.training else 0.0
-        return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p, need_weights=need_weights)
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p, need_weights=need_weights,
+                                            is_causal=is_causal)
 
 __all__ = ["MultiHeadAttention"]
