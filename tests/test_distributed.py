@@ -11,6 +11,7 @@ size (they differ by up to 0.07). Crash and resume must be bit for bit identical
 """
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -85,7 +86,7 @@ def test_example_prints_each_shipped_config(tmp_path, capsys):
     from transformer.__main__ import main
     from transformer.distributed import example_configs
 
-    assert example_configs() == ["base", "big", "book", "lm"]
+    assert example_configs() == ["base", "big", "book", "lm", "refinements"]
     for name in example_configs():
         assert main(["train", "--example", name]) == 0
         text = capsys.readouterr().out
@@ -94,11 +95,11 @@ def test_example_prints_each_shipped_config(tmp_path, capsys):
         load_config(tmp_path / f"{name}.toml")
 
 
-@pytest.mark.parametrize("name", ["book", "base", "big", "lm"])
+@pytest.mark.parametrize("name", ["book", "base", "big", "lm", "refinements"])
 def test_shipped_configs_load(name):
     config = load_config(ROOT / "transformer" / "configs" / f"{name}.toml")
-    assert config["model"]["task"] == ("lm" if name == "lm" else "translation")
-    if name not in ("book", "lm"):
+    assert config["model"]["task"] == ("lm" if name in ("lm", "refinements") else "translation")
+    if name in ("base", "big"):
         assert config["model"]["paper"] == name and config["model"]["num_encoder_layers"] == 6
         assert config["model"]["d_model"] == {"base": 512, "big": 1024}[name]
 
@@ -122,6 +123,11 @@ def test_shipped_configs_load(name):
     ({"train": {"lr": 0.0}}, ["train.lr"]),
     ({"train": {"save_dtype": "int8"}}, ["train.save_dtype", "float16"]),
     ({"train": {"eval_every": -1}}, ["train.eval_every"]),
+    ({"model": {"positions": "alibi"}}, ["model.positions", "'rotary'"]),
+    ({"model": {"norm": "batch"}}, ["model.norm", "'rms'"]),
+    ({"model": {"activation": "relu2"}}, ["model.activation", "'swiglu'"]),
+    ({"model": {"num_kv_heads": 3}}, ["model.num_heads", "model.num_kv_heads"]),
+    ({"model": {"num_kv_heads": 0}}, ["model.num_kv_heads"]),
     ({"model": [1, 2]}, ["model", "table"]),
     ([1, 2], ["dict"]),
 ])
@@ -387,6 +393,35 @@ def test_language_model_on_two_processes_equals_one_and_loads(tmp_path):
     assert isinstance(model, LanguageModel) and next(model.parameters()).dtype == torch.float32
     assert len(vocab) == model.vocab_size and stored["step"] == 4
     assert weights(tmp_path / "two")["embed.embedding.weight"].dtype == torch.float16
+
+
+def test_language_model_with_chapter_13s_refinements_trains_and_loads_as_configured(tmp_path):
+    """model.positions, norm, activation and num_kv_heads reach LanguageModel and its saved config."""
+    from transformer.lm import load_language_model
+    from transformer.refinements import GroupedQueryAttention, RMSNorm, SwiGLU
+
+    every = {"positions": "rotary", "norm": "rms", "activation": "swiglu", "num_kv_heads": 1}
+    cfg = {**TINY_LM, "model": {**TINY_LM["model"], **every}}
+    history = train_from_config(cfg, tmp_path / "run", progress=False, verbose=False)
+    assert all(math.isfinite(loss) for loss in history["loss"])
+    model, _, _ = load_language_model(tmp_path / "run" / "model")
+    assert {key: model.config[key] for key in every} == every
+    kinds = {type(m) for m in model.modules()}
+    assert {GroupedQueryAttention, RMSNorm, SwiGLU} <= kinds and torch.nn.LayerNorm not in kinds
+
+
+def test_resuming_checks_the_refinement_keys_and_reads_older_configs_as_defaults(tmp_path):
+    """A checkpoint's config without the keys that came later (model.positions, ...) resumes as
+    if it held their defaults; a changed refinement is refused, by name."""
+    from transformer.distributed import _check_same_config
+
+    cfg = load_config(TINY_LM)
+    older = {**cfg, "model": {k: v for k, v in cfg["model"].items()
+                              if k not in ("positions", "norm", "activation", "num_kv_heads")}}
+    _check_same_config(older, cfg, tmp_path)  # no error
+    rotary = load_config({**TINY_LM, "model": {**TINY_LM["model"], "positions": "rotary"}})
+    with pytest.raises(ValueError, match=r"model\.positions \('sinusoidal' -> 'rotary'\)"):
+        _check_same_config(older, rotary, tmp_path)
 
 
 def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path):

@@ -8,13 +8,15 @@ import tomllib
 from pathlib import Path
 
 from transformer.data import _check_float, _check_int
+from transformer.lm import FEED_FORWARDS, NORMS, POSITIONS
 from transformer.model import PAPER_CONFIGS
 
 # Every key a training config may hold, with its default. A config file (TOML or JSON)
 # gives some of them; the rest keep these values (the book's small translator, chapter 09).
 CONFIG_DEFAULTS: dict[str, dict] = {
     "model": {"task": "translation", "paper": None, "d_model": 64, "num_heads": 4, "num_encoder_layers": 2,
-              "num_decoder_layers": 2, "num_layers": 2, "d_ff": 128, "dropout": 0.1, "max_len": 32},
+              "num_decoder_layers": 2, "num_layers": 2, "d_ff": 128, "dropout": 0.1, "max_len": 32,
+              "positions": "sinusoidal", "norm": "layer", "activation": "gelu", "num_kv_heads": None},
     "data": {"pairs": None, "corpus_size": 30_000, "valid_size": 1000, "seed": 0,
              "corpus": None, "min_count": 2, "seq_len": 32},
     "train": {"steps": 800, "batch_size": 128, "micro_batches": 1, "warmup": 300, "factor": 1.0,
@@ -25,7 +27,10 @@ CONFIG_DEFAULTS: dict[str, dict] = {
 # What a config trains: chapter 09's translator (pairs of sentences) or chapter 11's language
 # model (a stream of text). Keys of the other task are ignored: for "lm", model.num_layers
 # (not the encoder's and decoder's), data.corpus, min_count and seq_len (not pairs,
-# corpus_size, valid_size), and train.eps (label smoothing) does not apply.
+# corpus_size, valid_size), and train.eps (label smoothing) does not apply. The language
+# model's parts are named as LanguageModel names them (model.positions, norm, activation,
+# num_kv_heads; chapter 13 adds its refinements to those names); the translator is the
+# 2017 model and ignores them.
 TASKS = ("translation", "lm")
 PRECISIONS = ("fp32", "bf16", "fp16")  # fp16 needs a GPU (and a gradient scaler)
 DEVICES = ("auto", "cpu", "cuda")  # auto: the process's GPU if there is one, else the CPU
@@ -99,6 +104,13 @@ def load_config(config: str | Path | dict) -> dict:
     if model["d_model"] % model["num_heads"]:
         raise ValueError(f"model.d_model ({model['d_model']}) must be divisible by model.num_heads "
                          f"({model['num_heads']})")
+    for key, names in (("positions", POSITIONS), ("norm", NORMS), ("activation", FEED_FORWARDS)):
+        _check_choice(f"model.{key}", model[key], tuple(names))
+    if model["num_kv_heads"] is not None:
+        _check_int("model.num_kv_heads", model["num_kv_heads"])
+        if model["num_heads"] % model["num_kv_heads"]:
+            raise ValueError(f"model.num_heads ({model['num_heads']}) must be divisible by model.num_kv_heads "
+                             f"({model['num_kv_heads']})")
     if data["pairs"] is not None and not isinstance(data["pairs"], str):
         raise ValueError(f"data.pairs must be a file name (a string), got {data['pairs']!r}")
     _check_int("data.corpus_size", data["corpus_size"])
@@ -619,7 +631,9 @@ def language_model_task(cfg: dict, procs: Processes) -> Task:
     train_stream = encode_stream([d.text for d in split.train], vocab)  # [N]
     valid_stream = encode_stream([d.text for d in split.valid], vocab)
     model = LanguageModel(len(vocab), model_cfg["d_model"], model_cfg["num_heads"], model_cfg["num_layers"],
-                          model_cfg["d_ff"], model_cfg["dropout"], model_cfg["max_len"]).to(procs.device)
+                          model_cfg["d_ff"], model_cfg["dropout"], model_cfg["max_len"],
+                          **{key: model_cfg[key] for key in ("positions", "norm", "activation", "num_kv_heads")}
+                          ).to(procs.device)
     seq_len = data_cfg["seq_len"]
 
     def batches(epoch: int) -> list:
@@ -728,9 +742,13 @@ def _check_same_config(saved: dict | None, cfg: dict, out_dir: Path) -> None:
     if saved is None:  # a checkpoint written before configs were stored: load_state_dict decides
         return
     may_change = {"steps", "checkpoint_every", "keep", "log_every", "device"}
-    changed = [f"{section}.{key} ({saved[section].get(key)!r} -> {value!r})"
+
+    def was(section: str, key: str) -> object:  # a key older versions did not write had its default
+        return saved[section].get(key, CONFIG_DEFAULTS[section][key])
+
+    changed = [f"{section}.{key} ({was(section, key)!r} -> {value!r})"
                for section in ("model", "data", "train") for key, value in cfg[section].items()
-               if not (section == "train" and key in may_change) and saved[section].get(key) != value]
+               if not (section == "train" and key in may_change) and was(section, key) != value]
     if changed:
         raise ValueError(f"the checkpoint in {str(out_dir)!r} was written with another config: "
                          f"{', '.join(changed)}; resume with the config that wrote it, or pass another --out")
@@ -912,7 +930,8 @@ def train_command(argv: list[str] | None = None) -> int:
                         "`--example book > my.toml` writes one to start from")
     parser.add_argument("--example", choices=example_configs(), default=None,
                         help="print a config shipped with the package (book: the toy translator; base, "
-                        "big: the paper's models; lm: chapter 11's language model) and exit")
+                        "big: the paper's models; lm: chapter 11's language model; refinements: the "
+                        "2017 model of chapter 13's comparison) and exit")
     parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
                         "a checkpoint found there is resumed")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
