@@ -24,7 +24,7 @@ STAGE := bash tools/stage.sh
 SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: help install export sync stamp check-sync lint quick unit pytest chapters nbval exercises \
-        nbgrader test execute checkpoint lm-checkpoint book site pdf lab student grade check course clean clean-student
+        nbgrader test execute checkpoint lm-checkpoint refinements book site pdf lab student grade check course clean clean-student
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
@@ -39,6 +39,7 @@ help:
 	@echo "make execute NB=chapters/03_attention.py   re-run one chapter and store it"
 	@echo "make checkpoint  retrain chapter 09 and rewrite the shipped translator"
 	@echo "make lm-checkpoint   retrain chapter 11's language model (transformer/configs/lm.toml, ~11 min quiet) and ship it"
+	@echo "make refinements retrain chapter 13's comparison (6 variants x 3 seeds) and ship its results"
 	@echo "make export      regenerate transformer/ from the notebooks"
 	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
@@ -158,6 +159,12 @@ lm-checkpoint: $(STAMP)
 	$(PY) -m transformer train transformer/configs/lm.toml --out runs/lm-checkpoint --no-progress
 	rm -rf transformer/checkpoints/tang_poems
 	cp -r runs/lm-checkpoint/model transformer/checkpoints/tang_poems
+
+# Retrain chapter 13's comparison: six variants of the language model, three seeds each,
+# with chapter 12's train command on transformer/configs/refinements.toml, JOBS runs at a
+# time on one thread each; the results go to transformer/checkpoints/refinements.json.
+refinements: $(STAMP)
+	$(PY) tools/refinement_runs.py --jobs $(JOBS)
 
 # The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
 # `site` renders the committed outputs. Open _build/html/index.html.

@@ -22,6 +22,7 @@ SLOW = {  # file: seconds in make pytest (measured, see above)
     "test_training.py": 40,    # the copy task learns
     "test_lm.py": 30,
     "test_refinements.py": 30,
+    "test_refinement_runs.py": 30,  # the comparison tool, two runs of two updates
     "test_toolchain.py": 30,   # torch.compile and torch.export
     "test_clean_install.py": 40,  # the wheel into an empty venv (pip unpacks torch)
     "test_pretrained.py": 20,

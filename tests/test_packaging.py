@@ -31,7 +31,8 @@ def test_wheel_holds_the_package_and_not_the_book(tmp_path):
     assert sorted(s.split("/", 2)[2] for s in shipped) == sorted([
         "translator/config.json", "translator/model.safetensors", "translator/src_vocab.json",
         "translator/tgt_vocab.json", "tang_poems/config.json", "tang_poems/model.safetensors",
-        "tang_poems/vocab.json"]), f"the shipped translator and language model: {shipped}"
+        "tang_poems/vocab.json", "refinements.json"]), \
+        f"the shipped translator, language model and chapter 13's comparison: {shipped}"
     assert all(s in names for s in shipped), "every shipped checkpoint file must be in the wheel"
     assert "transformer/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

@@ -158,6 +158,16 @@ class SwiGLU(nn.Module):
         hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)  # [..., d_ff]: each unit scaled by its gate
         return self.down_proj(self.dropout(hidden))  # [..., d_model]
 
+
+def swiglu_width(d_ff: int) -> int:
+    """SwiGLU's hidden width with the parameters of a 2017 network of width d_ff.
+
+    Three matrices instead of two: two thirds of d_ff, rounded to a multiple of 4.
+
+    Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
+    """
+    return 4 * round(2 / 3 * _check_int("d_ff", d_ff) / 4)
+
 # %% chapters/13_refinements.ipynb, cell 16
 class GroupedQueryAttention(MultiHeadAttention):
     """Multi-head attention whose keys and values have num_kv_heads heads, each shared by a group.
@@ -205,4 +215,4 @@ NORMS["rms"] = RMSNorm  # (d_model) -> norm
 FEED_FORWARDS["swiglu"] = SwiGLU  # (d_model, d_ff, dropout) -> feed-forward
 ATTENTIONS["grouped-query"] = GroupedQueryAttention  # chosen by LanguageModel(num_kv_heads=g)
 
-__all__ = ["RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention"]
+__all__ = ["RotaryEmbedding", "RMSNorm", "SwiGLU", "swiglu_width", "GroupedQueryAttention"]
