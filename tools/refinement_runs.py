@@ -4,7 +4,7 @@
     python tools/refinement_runs.py --steps 20 --seeds 0 --out /tmp/try.json   # a quick try
 
 A run is chapter 12's train command (`train_from_config`) with
-transformer/configs/refinements.toml, the variant's model keys (VARIANTS: chapter 13's
+transformer/configs/refinements.toml, the variant's model keys (`variants()`: chapter 13's
 refinements by the names LanguageModel gives them) and the seed (train.seed: the
 initial weights and the batch order): seeds 0, 1 and 2 for the 2017 and the all-four
 models, 0 and 1 for each single refinement. Every finished model is scored as chapter 13 scores
@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help=f"for every variant (default: {list(SEEDS)} for {' and '.join(SPREAD)}, "
                         f"{list(SINGLE_SEEDS)} for the others)")
-    parser.add_argument("--variants", nargs="+", default=None, help="names in VARIANTS (default: all)")
+    parser.add_argument("--variants", nargs="+", default=None,
+                        help="names of variants(), e.g. 2017 RoPE (default: all six, in their order)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or os.cpu_count() or 1))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
