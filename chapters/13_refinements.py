@@ -72,7 +72,7 @@ torch.set_num_threads(1)  # as in chapter 11: trained weights depend on the seed
 #
 # We rebuild chapter 11's data exactly (the same corpus, split, vocabulary and streams)
 # and train a small copy of its model for a short, fixed budget: 2 blocks of width 64,
-# 80 updates of 16 windows of 64 characters, a few seconds of CPU. That is *early
+# 80 updates of 16 windows of 64 characters, about 12 seconds of CPU. That is *early
 # training* of a *small* model (chapter 11 shipped one three times as wide, trained for
 # 1,300 updates of twice as many characters): enough to show the weaknesses of the 2017
 # design, which the sections up to 5 then cure and check on this model, but not to judge
