@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import chapter_test  # noqa: E402
 import exercises  # noqa: E402
 from chapter_test import submission  # noqa: E402
-from notebooks import BEGIN_SOLUTION, read_chapter  # noqa: E402
+from notebooks import BEGIN_SOLUTION, RUNS_ALONE, read_chapter  # noqa: E402
 from toy_chapter import CHEATS, toy_chapter  # noqa: E402
 
 pytest_plugins = ["pytester"]
@@ -216,7 +216,7 @@ def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeyp
     monkeypatch.setattr(chapter_test.Runner, "_courses", lambda self, chapters: [tmp_path] * 2)
     monkeypatch.setattr(chapter_test.Runner, "_feedback_and_export", lambda self, course, runs: None)
     chapters = [read_chapter(path) for path in sorted((ROOT / "chapters").glob("1[234]_*.ipynb"))]
-    assert "14_benchmarks" in chapter_test.RUNS_ALONE
+    assert "14_benchmarks" in RUNS_ALONE
     runner = chapter_test.Runner(chapters, jobs=2, out=tmp_path / "out")
     runner.start()
     for chapter in chapters:
@@ -225,8 +225,44 @@ def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeyp
     running: set[str] = set()
     for kind, name in events:
         if kind == "start":
-            assert not (running and ({name} | running) & chapter_test.RUNS_ALONE), (name, running)
+            assert not (running and ({name} | running) & RUNS_ALONE), (name, running)
             running.add(name)
         else:
             running.discard(name)
     assert sorted(name for kind, name in events if kind == "start") == sorted(c.name for c in chapters)
+
+
+def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch):
+    """`make book` follows the same order as the test stage: appendix 14 before the pool starts."""
+    import book
+
+    events: list[str] = []
+
+    class RecordingPool:  # stands in for the process pool: records when work is handed to it
+        def __init__(self, max_workers):
+            events.append("pool opens")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, path):
+            from concurrent.futures import Future
+            future: Future = Future()
+            future.set_result(fn(path))
+            return future
+
+    def pretend(path):
+        events.append(path.stem)
+        return path, 0.0
+
+    monkeypatch.setattr(book, "EXECUTED", tmp_path / "executed")
+    monkeypatch.setattr(book, "ProcessPoolExecutor", RecordingPool)
+    monkeypatch.setattr(book, "run", pretend)
+    monkeypatch.setattr(book.website, "build", lambda executed: 0)
+    chapters = sorted((ROOT / "chapters").glob("1[234]_*.ipynb"))
+    assert book.main([str(p) for p in chapters] + ["--jobs", "2"]) == 0
+    assert events[0] == "14_benchmarks" and events[1] == "pool opens", events
+    assert sorted(events[2:]) == ["12_distributed", "13_refinements"]

@@ -4,7 +4,9 @@
 
 Chapters run N at a time (default: $JOBS, else the machine's cores), the longest
 first as the committed run's cell timestamps predict: chapter 09 trains on one
-thread for minutes, and the other chapters run beside it on the second core.
+thread for minutes, and the other chapters run beside it on the second core. A
+chapter that times code against a peer (notebooks.RUNS_ALONE: appendix 14) runs
+first, with nothing beside it, as in `make test`: its ratios mean nothing otherwise.
 
 Each chapter is executed top to bottom from its committed source in a fresh kernel
 (the stored outputs are not reused) and the executed copy is written to
@@ -28,7 +30,7 @@ import nbformat
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import website  # noqa: E402
 from execute import default_jobs, execute_notebook  # noqa: E402
-from notebooks import ROOT, read_book, read_chapter, stored_seconds  # noqa: E402
+from notebooks import ROOT, read_book, read_chapter, running_order  # noqa: E402
 
 EXECUTED = ROOT / "_build" / "executed"
 
@@ -56,9 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(EXECUTED, ignore_errors=True)
     EXECUTED.mkdir(parents=True)
     start = time.perf_counter()
-    longest_first = sorted(chosen, key=lambda c: -stored_seconds(c.notebook))
+    alone, together = running_order(chosen)
+    for chapter in alone:
+        path, seconds = run(chapter.path)
+        print(f"ran {path.relative_to(ROOT)} in {seconds:5.1f} s (alone)", flush=True)
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for future in as_completed([pool.submit(run, c.path) for c in longest_first]):
+        for future in as_completed([pool.submit(run, c.path) for c in together]):
             path, seconds = future.result()
             print(f"ran {path.relative_to(ROOT)} in {seconds:5.1f} s", flush=True)
     print(f"book: {len(chosen)} chapters run in {time.perf_counter() - start:.1f} s", flush=True)

@@ -69,6 +69,7 @@ from notebooks import (  # noqa: E402
     Chapter,
     read_book,
     read_chapter,
+    running_order,
     stored_seconds,
 )
 
@@ -175,11 +176,6 @@ def nbgrader_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-# Chapters that time one implementation against another and assert on the ratio: with a
-# second chapter beside them on two cores, single ratios of appendix 14 were seen from
-# 0.15 to 1.8 (a CI run failed on it), alone they hold within about 20%.
-RUNS_ALONE = frozenset({"14_benchmarks"})
-
 
 class Runner:
     """Runs every chapter once, `jobs` at a time, longest first; each worker owns a course.
@@ -222,10 +218,9 @@ class Runner:
             (self.out / "executed").mkdir(parents=True)
             graded = [r.chapter for r in self.runs.values() if r.mode == "nbgrader"]
             courses = self._courses(graded) if graded else []
-            longest_first = sorted(self.runs.values(),
-                                   key=lambda r: -stored_seconds(r.chapter.notebook))
-            alone = [r for r in longest_first if r.chapter.name in RUNS_ALONE]
-            together = [r for r in longest_first if r.chapter.name not in RUNS_ALONE]
+            first, rest = running_order([r.chapter for r in self.runs.values()])
+            alone = [self.runs[c.name] for c in first]
+            together = [self.runs[c.name] for c in rest]
             for run in alone:
                 if run.mode == "nbgrader":  # grading needs a course of its own worker
                     raise RuntimeError(f"{run.chapter.rel} has exercises and cannot run alone")
