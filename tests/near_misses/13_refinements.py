@@ -72,6 +72,17 @@ NEAR_MISSES = {
     even, odd = x[:, 0::2], x[:, 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 ''',
+        "cheat: patches the package's RotaryEmbedding, which the check compares with (issue 20)": '''
+import transformer.refinements
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
+    return x
+
+
+transformer.refinements.RotaryEmbedding.forward = lambda self, x, start=0: x
+''',
         "turns by the row's index, not its position": ROTATE + '''
     d = x.size(-1)
     freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
@@ -116,6 +127,17 @@ NEAR_MISSES = {
     "ex3-repeat-kv": {
         "the group size read off the check's message: repeat_interleave(3) (issue 20)": REPEAT + '''
     return k.repeat_interleave(3, dim=1)
+''',
+        "cheat: reads the teacher's notebook from disk and runs its solution (issue 20)": '''
+import json
+import pathlib
+
+import transformer
+
+_book = pathlib.Path(transformer.__file__).resolve().parent.parent / "chapters"
+for _cell in json.loads((_book / "13_refinements.ipynb").read_text())["cells"]:
+    if "def repeat_kv" in "".join(_cell["source"]):
+        exec("".join(_cell["source"]))
 ''',
         "tiles the heads (head j reads j % g), as k.repeat does": REPEAT + '''
     return k.repeat(1, num_heads // k.size(1), 1, 1)
