@@ -1523,7 +1523,7 @@ for sentence, pairs_to_check in [("I love apples", [("我", "I"), ("喜欢", "lo
 from functools import lru_cache
 from pathlib import Path
 
-from transformer.data import BOS_ID, EOS_ID, Vocab, pad_sequences
+from transformer.data import Vocab, pad_sequences
 from transformer.model import _as_directory
 from transformer.training import (
     SRC_VOCAB_FILE,
@@ -1614,10 +1614,11 @@ class Translator:
         _check_float("alpha", alpha, 0.0)
         src = self.encode(sentences)  # [batch, src_len]
         max_new = min(2 * src.size(1) + 10, getattr(self.model, "max_len", 512) - 1)
+        bos, eos = self.model.bos_id, self.model.eos_id  # the model's own, as generate takes them
         if beam_size == 1:
-            out = greedy_decode(self.model, src, BOS_ID, EOS_ID, max_new_tokens=max_new)
+            out = greedy_decode(self.model, src, bos, eos, max_new_tokens=max_new)
         else:
-            out, _ = beam_search(self.model, src, BOS_ID, EOS_ID, beam_size, alpha, max_new)
+            out, _ = beam_search(self.model, src, bos, eos, beam_size, alpha, max_new)
         result = [self.tgt_vocab.decode(row) for row in out]
         return result[0] if isinstance(text, str) else result
 

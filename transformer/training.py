@@ -640,9 +640,6 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
                       _read_vocab(directory / TGT_VOCAB_FILE, config["tgt_vocab_size"]), metrics)
 
 # %% chapters/09_training.ipynb, cell 48
-from transformer.data import BOS_ID, EOS_ID
-
-
 @torch.no_grad()
 def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     """A minimal batched greedy decoder for measuring accuracy here: src [B, S] -> ids
@@ -655,14 +652,14 @@ def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     max_new_tokens = min(max_new_tokens, model.max_len - 1)  # positions the model can encode
     src_mask = model.make_src_mask(src)  # [B, 1, 1, S]
     memory = model.encode(src, src_mask)  # [B, S, d_model]
-    ys = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long)  # [B, 1]
+    ys = torch.full((src.size(0), 1), model.bos_id, dtype=torch.long)  # [B, 1]
     done = torch.zeros(src.size(0), dtype=torch.bool)  # [B]
     for _ in range(max_new_tokens):
         logits = model.decode(ys, memory, src_mask)[:, -1]  # [B, V]
-        next_id = logits.index_fill(-1, torch.tensor([model.pad_id, BOS_ID]), -math.inf).argmax(-1)  # [B]
+        next_id = logits.index_fill(-1, torch.tensor([model.pad_id, model.bos_id]), -math.inf).argmax(-1)  # [B]
         next_id = next_id.masked_fill(done, model.pad_id)
         ys = torch.cat([ys, next_id[:, None]], dim=1)  # [B, t+1]
-        done |= next_id == EOS_ID
+        done |= next_id == model.eos_id
         if done.all():
             break
     return ys
