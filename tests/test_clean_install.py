@@ -8,7 +8,7 @@ nothing in it, lets pip resolve the wheel's own dependencies (torch pinned to th
 2.13.0, the CPU build on this machine's disk: an unpinned torch would bring gigabytes of
 CUDA), and runs the user's steps from a folder outside the repository.
 
-Cost: about 30 s (pip unpacks torch; --no-compile skips byte-compiling its 15,000 files,
+Cost: about 45 s in make test (pip unpacks torch; --no-compile skips byte-compiling its 15,000 files,
 and the new environment gets no pip of its own: this one installs into it).
 TRANSFORMER_CLEAN_INSTALL_TORCH=2.14.1 runs the same steps on another torch release.
 """
