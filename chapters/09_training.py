@@ -22,7 +22,7 @@
 # still random, so it translates nothing. This chapter gives it something to learn from
 # (a small English→Chinese corpus), a way to learn (teacher forcing, label smoothing,
 # the paper's warm-up schedule, Adam, gradient clipping), and then trains a small model
-# on one CPU core in about two minutes until it translates sentences it has never seen.
+# on one CPU core in a minute or two until it translates sentences it has never seen.
 
 # %%
 #| default_exp training
@@ -76,7 +76,7 @@ print("probability it gives the right next words:",
 # ## 2 · Data: a toy English→Chinese corpus
 #
 # Real translation corpora are large and need downloading. We want something a laptop
-# learns in two minutes, yet hard enough that attention must really work. So the package
+# learns in a minute or two, yet hard enough that attention must really work. So the package
 # ships a small *grammar* that writes English sentences and their Chinese translations
 # together. It covers what makes Chinese differ from English word order and morphology:
 #
@@ -2015,7 +2015,7 @@ print("all checks passed")
 # %% [markdown]
 # ## What we can do now, and what is still missing
 #
-# We can train a Transformer from scratch on CPU in about two minutes, and it translates
+# We can train a Transformer from scratch on CPU in a minute or two, and it translates
 # sentences it has never seen, including word combinations it never saw together, with
 # the Chinese word order, aspect markers, negation and measure words right. A model
 # trained by this chapter (by `make checkpoint`: see section 9) ships with the package:
