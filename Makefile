@@ -55,7 +55,8 @@ help:
 	@echo "make clean-student   delete student/ and graded/ (student work and gradebooks)"
 
 # Pinned, tested versions (torch 2.13.0 CPU build) and the project in editable
-# mode. The notebooks name the standard `python3` kernel, which Jupyter started
+# mode, installed by uv with pip's configuration (tools/install.py: about 15 s, where
+# pip takes about 90 s; pip if uv fails). The notebooks name the standard `python3` kernel, which Jupyter started
 # from this environment runs with this environment's Python: no kernel to install.
 install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml
@@ -64,8 +65,8 @@ $(STAMP): requirements-dev.txt pyproject.toml
 	@sh tools/find_python.sh --check $(PYTHON)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@sh tools/find_python.sh --check $(PY)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(PY) tools/install.py -r requirements-dev.txt
+	$(PY) tools/install.py --no-deps -e .
 	touch $(STAMP)
 
 export: $(STAMP)
@@ -94,13 +95,17 @@ lint: $(STAMP)
 	$(VENV)/bin/pyright --pythonpath $(PY) _build/lint/readme_code.py
 
 # JOBS test files at a time (pytest-xdist, whole files per worker so that a module's
-# fixtures are built once), each worker on one thread. -rs: every skip, with its reason.
+# fixtures are built once), each worker on one thread, the slowest files first
+# (tests/conftest.py; --no-loadscope-reorder keeps that order: xdist would otherwise start
+# the files with the most tests first, and the slowest file, which has one, last).
+# -rs: every skip, with its reason.
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 pytest: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest tests -n $(JOBS) --dist loadfile -rs --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests $(XDIST) -rs --durations=15
 
 # The package's unit tests: what runs in seconds (tests/conftest.py marks the rest slow).
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow" -n $(JOBS) --dist loadfile -q -rs
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -m "not slow" $(XDIST) -q -rs
 
 # The edit-test loop: under a minute.
 quick: check-sync lint unit

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 SLOW = {  # file: seconds of its tests in make pytest, measured 2026-12-02 (see above)
-    "test_cheats.py": 256,      # issue 20's class (03, 07, 13) through real nbgrader and make grade; alone
+    "test_cheats.py": 219,      # issue 20's class (03, 07, 13) through real nbgrader and make grade; alone
     "test_site.py": 129,        # Sphinx builds the site; Chromium opens every page
     "test_distributed.py": 109,  # torchrun, several processes
     "test_exercises.py": 99,    # kernels: grading, the proof, student copies
