@@ -55,8 +55,8 @@ help:
 	@echo "make clean-student   delete student/ and graded/ (student work and gradebooks)"
 
 # Pinned, tested versions (torch 2.13.0 CPU build) and the project in editable
-# mode, installed by uv with pip's configuration (tools/install.py: about 15 s, where
-# pip takes about 90 s; pip if uv fails). The notebooks name the standard `python3` kernel, which Jupyter started
+# mode, installed by uv with pip's configuration (tools/install.py: about 50 s, where
+# pip takes about 95 s; pip if uv fails). The notebooks name the standard `python3` kernel, which Jupyter started
 # from this environment runs with this environment's Python: no kernel to install.
 install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml

@@ -4,9 +4,11 @@
 
 installs ARGS (what `pip install` would take: `-r requirements-dev.txt`, `--no-deps -e .`)
 into the environment of the Python that runs this file. It uses uv (pinned below, installed
-into the environment by pip first), which installs the pinned set in about 15 s where pip
-takes about 90 s on 2 cores: uv links files in parallel and leaves compiling to bytecode to
-the first import, so only the modules that are imported get compiled.
+into the environment by pip first), which installs the pinned set in about 50 s where pip
+takes about 95 s on 2 cores. It compiles every module to bytecode as pip does: where
+PYTHONDONTWRITEBYTECODE is set (as on the machines that run make test), Python would
+otherwise compile torch's modules again in every process that imports them, and make
+test starts hundreds (it took pytest from 954 to 1,702 s of CPU).
 
 uv does not read pip's configuration files, so this passes pip's settings on to it: the
 indexes, find-links, constraint files, certificates and timeout that `pip config list`
@@ -85,7 +87,8 @@ def main(args: list[str]) -> int:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     if pip("install", "--quiet", UV, check=False).returncode == 0:
-        uv = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", sys.executable]
+        uv = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--compile-bytecode",
+              "--python", sys.executable]
         if subprocess.run([*uv, *args], env=uv_environment(pip_settings())).returncode == 0:
             return 0
         print("tools/install.py: uv failed (above); installing with pip instead", file=sys.stderr)
