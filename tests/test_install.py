@@ -1,0 +1,61 @@
+"""tools/install.py: uv installs with pip's settings, so that a machine's local index of
+CPU builds of PyTorch (find-links, extra indexes, constraints) is used as pip uses it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+import install  # noqa: E402
+
+CONFIG = """\
+:env:.find-links='/opt/wheels'
+:env:.default-timeout='180'
+global.find-links='/elsewhere'
+global.extra-index-url='file:///opt/pypi/simple file:///opt/more/simple'
+global.constraint='/etc/xdg/pip/constraints.txt'
+global.no-index='false'
+user.unknown='ignored'
+"""
+
+
+def test_pip_settings_read_files_and_environment_and_the_environment_wins(monkeypatch):
+    monkeypatch.setattr(install, "pip", lambda *args, check=True: subprocess.CompletedProcess(
+        args, 0, stdout=CONFIG, stderr=""))
+    settings = install.pip_settings()
+    assert settings == {"find-links": "/opt/wheels", "default-timeout": "180",
+                        "extra-index-url": "file:///opt/pypi/simple file:///opt/more/simple",
+                        "constraint": "/etc/xdg/pip/constraints.txt", "no-index": "false"}
+
+
+def test_uv_gets_pips_indexes_and_a_uv_variable_the_user_set_wins(monkeypatch):
+    monkeypatch.delenv("UV_FIND_LINKS", raising=False)
+    monkeypatch.setenv("UV_CONSTRAINT", "/mine.txt")
+    env = install.uv_environment({"find-links": "/opt/wheels", "constraint": "/etc/c.txt",
+                                  "extra-index-url": "file:///a  file:///b", "no-index": "false",
+                                  "default-timeout": "180", "progress-bar": "off"})
+    assert env["UV_FIND_LINKS"] == "/opt/wheels"
+    assert env["UV_EXTRA_INDEX_URL"] == "file:///a file:///b"
+    assert env["UV_CONSTRAINT"] == "/mine.txt"
+    assert env["UV_HTTP_TIMEOUT"] == "180"
+    assert env["UV_INDEX_STRATEGY"] == "unsafe-best-match"  # every index at once, as pip does
+    assert "UV_NO_INDEX" not in env
+    assert install.uv_environment({"no-index": "yes"})["UV_NO_INDEX"] == "1"
+
+
+def test_the_environment_make_install_built_holds_the_pinned_torch_build():
+    """uv picked the build pip's settings point at: the pinned version, and its CPU build
+    where a find-links folder of pip's offers one for this Python (PyPI's is a CUDA build)."""
+    import torch
+
+    pinned = next(line.split("==")[1].strip() for line in
+                  (ROOT / "requirements-dev.txt").read_text().splitlines() if line.startswith("torch=="))
+    assert torch.__version__.split("+")[0] == pinned
+    folders = [Path(f) for f in install.pip_settings().get("find-links", "").split() if Path(f).is_dir()]
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    if any(any(folder.glob(f"torch-{pinned}+cpu-{tag}-*.whl")) for folder in folders):
+        assert torch.__version__.endswith("+cpu"), torch.__version__
