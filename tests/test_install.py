@@ -35,6 +35,7 @@ def test_pip_settings_read_files_and_environment_and_the_environment_wins(monkey
 def test_uv_gets_pips_indexes_and_a_uv_variable_the_user_set_wins(monkeypatch):
     monkeypatch.delenv("UV_FIND_LINKS", raising=False)
     monkeypatch.setenv("UV_CONSTRAINT", "/mine.txt")
+    monkeypatch.delenv("UV_INDEX_STRATEGY", raising=False)
     env = install.uv_environment({"find-links": "/opt/wheels", "constraint": "/etc/c.txt",
                                   "extra-index-url": "file:///a  file:///b", "no-index": "false",
                                   "default-timeout": "180", "progress-bar": "off"})

@@ -8,7 +8,7 @@ into the environment by pip first), which installs the pinned set in about 50 s 
 takes about 95 s on 2 cores. It compiles every module to bytecode as pip does: where
 PYTHONDONTWRITEBYTECODE is set (as on the machines that run make test), Python would
 otherwise compile torch's modules again in every process that imports them, and make
-test starts hundreds (it took pytest from 954 to 1,702 s of CPU).
+test starts hundreds (it took pytest from 954 to 1702 s of CPU).
 
 uv does not read pip's configuration files, so this passes pip's settings on to it: the
 indexes, find-links, constraint files, certificates and timeout that `pip config list`
@@ -69,7 +69,7 @@ def pip_settings() -> dict[str, str]:
 
 def uv_environment(settings: dict[str, str]) -> dict[str, str]:
     """The environment for uv that carries pip's settings."""
-    env = {**os.environ, "UV_INDEX_STRATEGY": "unsafe-best-match"}  # pip's behaviour
+    env = {"UV_INDEX_STRATEGY": "unsafe-best-match", **os.environ}  # pip's behaviour, unless set
     for name, value in settings.items():
         variable = PIP_TO_UV.get(name)
         if variable is None or variable in os.environ:  # a UV_* the user set wins
