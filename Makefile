@@ -56,8 +56,9 @@ help:
 
 # Pinned, tested versions (torch 2.13.0 CPU build) and the project in editable
 # mode, installed by uv with pip's configuration (tools/install.py: about 50 s, where
-# pip takes about 95 s; pip if uv fails). The notebooks name the standard `python3` kernel, which Jupyter started
-# from this environment runs with this environment's Python: no kernel to install.
+# pip takes about 95 s; pip if uv fails). The notebooks name the standard `python3`
+# kernel, which Jupyter started from this environment runs with this environment's
+# Python: no kernel to install.
 install: $(STAMP)
 $(STAMP): requirements-dev.txt pyproject.toml
 	@test -n "$(PYTHON)" || { echo "error: no Python 3.11-3.13 found (python3, python3.13," \
