@@ -73,6 +73,30 @@ def test_cached_greedy_equals_uncached(seed):
     assert torch.equal(with_cache, without)
 
 
+@pytest.mark.parametrize("batch", [1, 5])
+def test_cached_steps_leave_out_only_masks_that_hide_nothing(batch):
+    """A source without padding is read unmasked, and a one-token step whose keys hold no
+    padding gets no target mask; the logits are still those of the full, masked decoder,
+    also for prefixes with padding inside."""
+    model = random_model(3)
+    src = torch.randint(4, 30, (batch, 7), generator=torch.Generator().manual_seed(batch))  # no <pad>
+    tgt = torch.randint(4, 30, (batch, 9), generator=torch.Generator().manual_seed(10 + batch))
+    tgt[:, 0] = BOS
+    tgt[-1, 3:5] = PAD  # the last row's prefix has padding from position 3 on
+    with eval_mode(model):
+        src_mask = model.make_src_mask(src)
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)  # [B, 9, V]: padding and causal masks
+        step = IncrementalDecoder(model, memory, src_mask, use_cache=True)
+        assert not step.hides_source
+        for t in range(1, 10):
+            torch.testing.assert_close(step(tgt[:, :t]), full[:, t - 1], atol=1e-5, rtol=1e-4)
+        padded = random_src(0)
+        assert IncrementalDecoder(model, model.encode(padded), model.make_src_mask(padded)).hides_source
+    with_cache = greedy_decode(model, src, BOS, EOS, max_new_tokens=20, use_cache=True)
+    assert torch.equal(with_cache, greedy_decode(model, src, BOS, EOS, max_new_tokens=20, use_cache=False))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_cached_beam_and_sampling_equal_uncached(seed):
     model, src = random_model(100 + seed), random_src(100 + seed)

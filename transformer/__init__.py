@@ -22,7 +22,7 @@ from transformer.masks import causal_mask, padding_mask, combine_masks
 from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty, KVCache, IncrementalDecoder, translate, Translator, load_translator, UnknownWordsError
 # Training
 from transformer.training import label_smoothed_cross_entropy, shift_targets, translation_loss, noam_lr, make_optimizer, TrainState, train_step, fit, evaluate_loss, IGNORE_INDEX
-from transformer.lm import lm_loss, perplexity
+from transformer.lm import lm_loss, linear_cross_entropy, perplexity
 from transformer.distributed import load_config, train_from_config
 # Saving and loading
 from transformer.training import save_checkpoint, load_checkpoint, Checkpoint
@@ -74,6 +74,7 @@ __all__ = [
     "shift_targets",
     "translation_loss",
     "lm_loss",
+    "linear_cross_entropy",
     "noam_lr",
     "make_optimizer",
     "TrainState",
