@@ -398,8 +398,11 @@ print("in eval mode before, after the call:    ", model.training)
 # self-attention and a dict for its cross-attention, remembers how many positions its
 # caches have seen, sends only the new ones through the decoder, and builds their mask:
 # the new query at position $i$ may attend to keys $0 \dots i$ that are not padding
-# (True = may attend, as everywhere in this book). Beam search also needs `reorder`,
-# which keeps the cache rows of the surviving hypotheses.
+# (True = may attend, as everywhere in this book). A mask that hides nothing, a source
+# without padding or a step whose keys are all real tokens, is left out: it means the
+# same as no mask, and attention given none does no work on it, which at batch 1 is
+# most steps. Beam search also needs `reorder`, which keeps the cache rows of the
+# surviving hypotheses.
 
 # %%
 #| export
