@@ -169,7 +169,10 @@ def test_decoding_appends_to_the_preallocated_cache():
     assert len(buffers) == 2  # one cache per layer ...
     for cache, first in buffers.values():
         assert cache.k_buffer.data_ptr() == first  # ... whose buffer was never reallocated
-        assert cache["k"]._base is cache.k_buffer and cache["k"].size(2) == 8  # the layer kept a view
+        # the layer kept a view of the buffer (generation runs under inference_mode, which
+        # does not record _base: the storage tells)
+        assert cache["k"].untyped_storage().data_ptr() == cache.k_buffer.untyped_storage().data_ptr()
+        assert cache["k"].data_ptr() == first and cache["k"].size(2) == 8
 
 
 # --- never <pad> or <bos>; every output has a score ------------------------------------
@@ -683,3 +686,20 @@ def test_cli_refuses_a_bad_beam(capsys):
     with pytest.raises(SystemExit) as info:
         run_main(capsys, "translate", "I love apples", "--beam", "0")
     assert info.value.code == 2 and "--beam" in capsys.readouterr().err
+
+
+def test_generated_ids_are_ordinary_tensors_after_inference_mode():
+    """The loop runs under torch.inference_mode; what it returns can be written into and
+    fed to a model in training, as any tensor (an inference tensor could not)."""
+    model, src = random_model(9), random_src(9)
+    for model_wants in (None, EOS):  # runs to max_new_tokens; stops early (a shorter copy)
+        if model_wants is not None:
+            prefers(model, model_wants)
+        out = greedy_decode(model, src, BOS, EOS, max_new_tokens=6)
+        assert not out.is_inference()
+    assert out.size(1) < 7  # the early stop happened
+    out[:, 0] = BOS  # in place, outside inference mode
+    model.train()
+    loss = model(src, out).sum()  # the embedding saves the ids for backward
+    loss.backward()
+    assert model.generator.weight.grad is not None
