@@ -1215,7 +1215,7 @@ class LinearCrossEntropy(torch.autograd.Function):
             rows = slice(start, start + chunk_size)
             h, y = hidden[rows], labels[rows]  # [c, d], [c]
             logits = F.linear(h, weight, bias)  # [c, V]: the only scores that exist at once
-            weights = (y != IGNORE_INDEX) / counted  # [c]: each row's share of the mean, 0 if skipped
+            weights = (y != IGNORE_INDEX).to(h.dtype) / counted  # [c]: each row's share of the mean, 0 if skipped
             y = y.masked_fill(y == IGNORE_INDEX, 0)  # any id: those rows weigh 0
             target = logits.gather(1, y[:, None])  # [c, 1]: z_y
             top = logits.amax(dim=1, keepdim=True)  # [c, 1], subtracted so that exp cannot overflow
@@ -1247,7 +1247,8 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, la
     without the logits [..., V]: chunk_size positions at a time (LinearCrossEntropy).
 
     Args:
-        hidden: [..., d], floating point (computed in float32 under autocast).
+        hidden: [..., d], floating point (float16 and bfloat16 are computed in float32,
+            also under autocast, as lm_loss computes the softmax).
         weight: the output layer's weight [V, d]; bias: its bias [V], or None.
         labels: ids [...] (hidden's leading axes), each in [0, V) or IGNORE_INDEX.
         chunk_size: positions per slice, > 0 (default 128: 128 x V floats stay in cache).
@@ -1279,9 +1280,10 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, la
     counted = labels[labels != IGNORE_INDEX]
     if len(counted) and (int(counted.min()) < 0 or int(counted.max()) >= weight.size(0)):
         raise ValueError(f"labels must be ids in [0, {weight.size(0) - 1}] or IGNORE_INDEX={IGNORE_INDEX}")
-    with torch.autocast(hidden.device.type, enabled=False):  # the softmax in float32, as lm_loss's
-        loss = LinearCrossEntropy.apply(hidden.flatten(0, -2).float(), weight.float(),
-                                        None if bias is None else bias.float(), labels.flatten().long(),
+    dtype = torch.promote_types(hidden.dtype, torch.float32)  # float32, or float64 if given
+    with torch.autocast(hidden.device.type, enabled=False):  # the softmax in full precision
+        loss = LinearCrossEntropy.apply(hidden.flatten(0, -2).to(dtype), weight.to(dtype),
+                                        None if bias is None else bias.to(dtype), labels.flatten().long(),
                                         chunk_size)
     return loss
 
@@ -1397,7 +1399,7 @@ assert live_ppl < 0.2 * untrained_ppl, "a minute of training takes the model far
 assert run["seconds"][0] < 300, f"training took {run['seconds'][0]:.0f} s; the chapter promises about a minute"
 
 # %% [markdown]
-# Fifty updates (27 seconds in the run above) take the model from 55,526 to a perplexity of 528 on the
+# Fifty updates (28 seconds in the run above) take the model from 55,526 to a perplexity of 528 on the
 # validation sample: past the unigram, but more than twice the bigram's 228 on the same
 # sample. A minute is the start of training, not its end.
 

@@ -139,12 +139,12 @@ def test_linear_cross_entropy_is_the_plain_loss_with_its_gradients(chunk_size, w
     labels = torch.randint(0, 11, (2, 5), generator=g)
     labels[0, 1] = labels[1, 4] = IGNORE_INDEX  # skipped: neither the mean nor the gradients count them
     (plain, plain_grads), (sliced, sliced_grads) = _plain_and_sliced(hidden, weight, bias, labels, chunk_size)
-    # float32 inside, the reference in float64: agreement to float32's rounding
-    assert sliced.item() == pytest.approx(plain.item(), rel=1e-6)
+    # float64 in, float64 inside: agreement to float64's rounding
+    assert sliced.dtype == torch.float64 and sliced.item() == pytest.approx(plain.item(), rel=1e-12)
     for got, want in zip(sliced_grads, plain_grads, strict=True):
         assert (got is None) == (want is None)
         if want is not None:
-            assert got.dtype == want.dtype and torch.allclose(got, want, rtol=1e-5, atol=1e-7)
+            assert got.dtype == want.dtype and torch.allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_linear_cross_entropy_scales_with_the_gradient_it_is_given():
