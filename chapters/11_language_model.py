@@ -670,6 +670,17 @@ class BigramLanguageModel(nn.Module):
         """ids [B, T] -> logits [B, T, V]: log p(next | ids[b, t]), from the last token alone."""
         return self.log_probs[ids]
 
+    def next_token_loss(self, ids: Tensor, labels: Tensor) -> Tensor:
+        """The mean of -log p(label | id) over the labels that are not IGNORE_INDEX (0 if none).
+
+        What lm_loss computes from forward's logits, read straight from the table: one
+        number per position instead of a row of V (the table's rows are already
+        normalised, so the log-softmax that cross_entropy takes changes nothing).
+        """
+        counts = labels != IGNORE_INDEX  # [B, T]
+        picked = self.log_probs[ids[counts], labels[counts]]  # [N]: log p(b | a) of each counted pair
+        return -picked.sum() / counts.sum().clamp(min=1)
+
 
 def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
     """The language-model loss of one batch, in the form chapter 09's train_step, fit and
@@ -677,8 +688,8 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int
 
     Args:
         model: maps ids [B, T] to logits [B, T, V]. A model with a `next_token_loss(inputs,
-            labels)` method (section 6's LanguageModel) computes the same loss itself,
-            without building the logits (section 7).
+            labels)` method (the bigram below; section 6's LanguageModel) computes the
+            same loss itself, without building the logits (section 7).
         batch: (inputs [B, T], labels [B, T]) from random_windows or sequential_windows;
             labels equal to IGNORE_INDEX are skipped.
 
@@ -1185,7 +1196,8 @@ print(f"ids {list(batch_inputs.shape)} -> logits {list(logits.shape)}")
 # a backward pass ourselves (`torch.autograd.Function`), and the plain version is the
 # reference it must match: `F.cross_entropy(F.linear(hidden, weight, bias), labels)`.
 # `LanguageModel.next_token_loss` calls it, and `lm_loss` of section 4 calls that for
-# a LanguageModel; the bigram and every other model keep the plain path.
+# a LanguageModel. (The bigram has a `next_token_loss` too, which reads each position's
+# loss straight from its table; any other model keeps the plain path.)
 
 # %%
 #| export
@@ -1399,7 +1411,7 @@ assert live_ppl < 0.2 * untrained_ppl, "a minute of training takes the model far
 assert run["seconds"][0] < 300, f"training took {run['seconds'][0]:.0f} s; the chapter promises about a minute"
 
 # %% [markdown]
-# Fifty updates (28 seconds in the run above) take the model from 55,526 to a perplexity of 528 on the
+# Fifty updates (25 seconds in the run above) take the model from 55,526 to a perplexity of 528 on the
 # validation sample: past the unigram, but more than twice the bigram's 228 on the same
 # sample. A minute is the start of training, not its end.
 

@@ -197,6 +197,19 @@ def test_lm_loss_of_a_language_model_never_builds_the_logits(vocab, stream):
         assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_the_bigrams_loss_is_read_from_its_table(vocab, stream):
+    model = BigramLanguageModel(stream, len(vocab), 0.6)
+    inputs, labels = random_windows(stream, 5, 9, torch.Generator().manual_seed(2))
+    labels[0, :3] = IGNORE_INDEX
+    plain = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+    calls = []
+    model.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    loss, count = lm_loss(model, (inputs, labels))
+    assert calls == [] and count == int((labels != IGNORE_INDEX).sum())  # no [B, T, V] logits
+    assert loss.item() == pytest.approx(plain.item(), rel=1e-6)
+    assert model.next_token_loss(inputs, torch.full_like(labels, IGNORE_INDEX)).item() == 0.0
+
+
 def test_perplexity_of_a_uniform_model_is_the_number_of_choices(vocab, stream):
     model = BigramLanguageModel(stream, len(vocab), 0.0)
     model.log_probs.fill_(-math.log(len(vocab) - 2))

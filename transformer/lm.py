@@ -66,6 +66,17 @@ class BigramLanguageModel(nn.Module):
         """ids [B, T] -> logits [B, T, V]: log p(next | ids[b, t]), from the last token alone."""
         return self.log_probs[ids]
 
+    def next_token_loss(self, ids: Tensor, labels: Tensor) -> Tensor:
+        """The mean of -log p(label | id) over the labels that are not IGNORE_INDEX (0 if none).
+
+        What lm_loss computes from forward's logits, read straight from the table: one
+        number per position instead of a row of V (the table's rows are already
+        normalised, so the log-softmax that cross_entropy takes changes nothing).
+        """
+        counts = labels != IGNORE_INDEX  # [B, T]
+        picked = self.log_probs[ids[counts], labels[counts]]  # [N]: log p(b | a) of each counted pair
+        return -picked.sum() / counts.sum().clamp(min=1)
+
 
 def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
     """The language-model loss of one batch, in the form chapter 09's train_step, fit and
@@ -73,8 +84,8 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int
 
     Args:
         model: maps ids [B, T] to logits [B, T, V]. A model with a `next_token_loss(inputs,
-            labels)` method (section 6's LanguageModel) computes the same loss itself,
-            without building the logits (section 7).
+            labels)` method (the bigram below; section 6's LanguageModel) computes the
+            same loss itself, without building the logits (section 7).
         batch: (inputs [B, T], labels [B, T]) from random_windows or sequential_windows;
             labels equal to IGNORE_INDEX are skipped.
 
