@@ -113,13 +113,9 @@ quick: check-sync lint unit
 
 # Every chapter (or NB=...) run once in a fresh kernel, JOBS at a time, longest first:
 # nbval's comparison with the committed outputs, the exercise proof and nbgrader's
-# grading all use that one run (tools/chapter_test.py says how). One thread each, as
-# pytest's workers: two kernels of two threads on two cores spin-wait on each other
-# (chapter 11 took 214 s of wall and 207 s of CPU beside another chapter, 120 s and 136 s
-# alone on one thread). make execute stores the outputs on OMP_NUM_THREADS threads and
-# this stage compares them on one: no stored output may depend on the thread count.
+# grading all use that one run (tools/chapter_test.py says how).
 chapters: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) tools/chapter_test.py $(NB) --jobs $(JOBS)
+	$(PY) tools/chapter_test.py $(NB) --jobs $(JOBS)
 
 # nbval the classic way, each chapter in a kernel of nbval's own (make test uses `chapters`).
 nbval: $(STAMP)
