@@ -851,7 +851,9 @@ else:
 #   generation 0.66 to 0.75 (batch 1) and 0.69 to 0.80 (batch 8) against GPT-2, 0.74 and
 #   0.80 for the translator against Marian; eval forward 0.86 to 1.00 against
 #   `torch.nn.Transformer`. The generation targets (0.80) are met; the training step's
-#   (0.85) and the eval forward's (0.90) are not, or not in every run.
+#   (0.85) and the eval forward's (0.90) are not, or not in every run. This page's own
+#   run in section 6, three repeats each, moves further from run to run than these
+#   medians of five rounds.
 # * What moved them. The language model's loss no longer builds its logits: chapter 11's
 #   `linear_cross_entropy` takes the cross-entropy and its gradients 128 positions at a
 #   time, and at chapter 11's size, where the [16, 128, 6179] logits are the largest
