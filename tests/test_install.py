@@ -60,3 +60,34 @@ def test_the_environment_make_install_built_holds_the_pinned_torch_build():
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
     if any(any(folder.glob(f"torch-{pinned}+cpu-{tag}-*.whl")) for folder in folders):
         assert torch.__version__.endswith("+cpu"), torch.__version__
+
+
+def test_uv_alone_gets_the_overrides(monkeypatch):
+    """`--uv-override FILE` reaches uv as `--override FILE`; pip, which has no such option,
+    gets the other arguments alone when uv fails."""
+    assert install.split_overrides(["--uv-override", "o.txt", "-r", "r.txt"]) == (
+        ["--override", "o.txt"], ["-r", "r.txt"])
+    commands = []
+    monkeypatch.setattr(install, "pip", lambda *args, check=True: subprocess.CompletedProcess(args, 0, "", ""))
+    monkeypatch.setattr(install.subprocess, "run",
+                        lambda command, **kwargs: commands.append(command) or subprocess.CompletedProcess(command, 1))
+    assert install.main(["--uv-override", "o.txt", "-r", "r.txt"]) == 1  # uv failed, then pip did
+    uv, pip = commands
+    assert uv[:4] == [sys.executable, "-m", "uv", "pip"] and uv[-4:] == ["--override", "o.txt", "-r", "r.txt"]
+    assert pip[:3] == [sys.executable, "-m", "pip"] and pip[-2:] == ["-r", "r.txt"]
+    assert not {"--override", "--uv-override", "o.txt"} & set(pip)
+
+
+def test_reading_a_notebook_does_not_build_an_iri_parser():
+    """requirements-overrides.txt leaves rfc3987-syntax out of the environment uv builds: with
+    it, importing nbformat (every nbgrader, nbclient and jupytext process) took 1.4 s instead
+    of 0.2. pip's fallback installs it (no overrides); uv is in the environment only when
+    make install used it."""
+    import importlib.util
+
+    code = "import sys, nbformat; print('rfc3987_syntax' in sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    if importlib.util.find_spec("uv") is not None:  # uv built this environment
+        assert loaded.stdout.strip() == "False", "rfc3987-syntax is installed: see requirements-overrides.txt"
+    assert "rfc3987-syntax" in (ROOT / "requirements-overrides.txt").read_text()
+    assert "rfc3987-syntax==" not in (ROOT / "requirements-dev.txt").read_text()

@@ -1,9 +1,10 @@
 """`make install`'s installer: uv, configured as pip is configured on this machine.
 
-    python tools/install.py ARGS...     (run with the virtual environment's Python)
+    python tools/install.py [--uv-override FILE] ARGS...     (with the environment's Python)
 
 installs ARGS (what `pip install` would take: `-r requirements-dev.txt`, `--no-deps -e .`)
-into the environment of the Python that runs this file. It uses uv (pinned below, installed
+into the environment of the Python that runs this file; uv also gets `--override FILE`
+(requirements-overrides.txt: a dependency left out), which pip has no option for. It uses uv (pinned below, installed
 into the environment by pip first), which installs the pinned set in about 50 s where pip
 takes about 95 s on 2 cores. It compiles every module to bytecode as pip does: where
 PYTHONDONTWRITEBYTECODE is set (as on the machines that run make test), Python would
@@ -82,13 +83,27 @@ def uv_environment(settings: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """(uv's --override options, the rest) from ARGS: `--uv-override FILE` becomes
+    `--override FILE`, for uv alone."""
+    overrides, rest = [], list(args)
+    while "--uv-override" in rest:
+        at = rest.index("--uv-override")
+        if at + 1 == len(rest):
+            raise SystemExit("tools/install.py: --uv-override needs a file")
+        overrides += ["--override", rest[at + 1]]
+        del rest[at:at + 2]
+    return overrides, rest
+
+
 def main(args: list[str]) -> int:
+    overrides, args = split_overrides(args)
     if not args:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
         return 2
     if pip("install", "--quiet", UV, check=False).returncode == 0:
         uv = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--compile-bytecode",
-              "--python", sys.executable]
+              "--python", sys.executable, *overrides]
         if subprocess.run([*uv, *args], env=uv_environment(pip_settings())).returncode == 0:
             return 0
         print("tools/install.py: uv failed (above); installing with pip instead", file=sys.stderr)
