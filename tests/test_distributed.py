@@ -374,14 +374,36 @@ TINY_LM = {"model": {"task": "lm", "d_model": 16, "num_heads": 2, "num_layers": 
            "data": {"min_count": 50, "seq_len": 16},
            "train": {"steps": 4, "batch_size": 8, "warmup": 2, "lr": 3e-3, "checkpoint_every": 2,
                      "log_every": 2, "eval_every": 2, "save_dtype": "float16"}}
+SMALL_CORPUS = 3000  # poems: the shipped corpus's first ones (chapter 12 trains on all 49,025)
 
 
-def test_language_model_on_two_processes_equals_one_and_loads(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory) -> dict:
+    """TINY_LM on the shipped corpus's first SMALL_CORPUS poems, written in the corpus format
+    (`data.corpus`): every process of a run reads, splits and encodes its corpus, and each
+    evaluation reads the whole validation stream, which on all 49,025 poems cost about 20 of
+    the 30 seconds of a test. Chapter 12 runs the language model on the whole corpus."""
+    from transformer.text import read_corpus
+
+    path = tmp_path_factory.mktemp("corpus") / "poems.txt"
+    path.write_text("".join(f"% {d.author}\t{d.title}\n{d.text}\n" for d in read_corpus()[:SMALL_CORPUS]),
+                    encoding="utf-8")
+    return {**TINY_LM, "data": {**TINY_LM["data"], "corpus": str(path)}}
+
+
+def test_the_small_corpus_reads_back_as_written(tiny_lm):
+    from transformer.text import read_corpus
+
+    small = read_corpus(tiny_lm["data"]["corpus"])
+    assert small == read_corpus()[:SMALL_CORPUS]
+
+
+def test_language_model_on_two_processes_equals_one_and_loads(tmp_path, tiny_lm):
     """The LM task: 2 processes x 4 windows == 1 process x 8; the result loads with its vocabulary."""
     from transformer.lm import LanguageModel, load_language_model
 
-    one = train_from_config(TINY_LM, tmp_path / "one", progress=False, verbose=False)
-    result = torchrun(tmp_path, TINY_LM, tmp_path / "two")
+    one = train_from_config(tiny_lm, tmp_path / "one", progress=False, verbose=False)
+    result = torchrun(tmp_path, tiny_lm, tmp_path / "two")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rank 0 of 2 on cpu: lm" in result.stdout
     assert max_difference(tmp_path / "one", tmp_path / "two") < 1e-3  # float16 files: compare at their precision
@@ -395,13 +417,13 @@ def test_language_model_on_two_processes_equals_one_and_loads(tmp_path):
     assert weights(tmp_path / "two")["embed.embedding.weight"].dtype == torch.float16
 
 
-def test_language_model_with_chapter_13s_refinements_trains_and_loads_as_configured(tmp_path):
+def test_language_model_with_chapter_13s_refinements_trains_and_loads_as_configured(tmp_path, tiny_lm):
     """model.positions, norm, activation and num_kv_heads reach LanguageModel and its saved config."""
     from transformer.lm import load_language_model
     from transformer.refinements import GroupedQueryAttention, RMSNorm, SwiGLU
 
     every = {"positions": "rotary", "norm": "rms", "activation": "swiglu", "num_kv_heads": 1}
-    cfg = {**TINY_LM, "model": {**TINY_LM["model"], **every}}
+    cfg = {**tiny_lm, "model": {**tiny_lm["model"], **every}}
     history = train_from_config(cfg, tmp_path / "run", progress=False, verbose=False)
     assert all(math.isfinite(loss) for loss in history["loss"])
     model, _, _ = load_language_model(tmp_path / "run" / "model")
@@ -424,7 +446,7 @@ def test_resuming_checks_the_refinement_keys_and_reads_older_configs_as_defaults
         _check_same_config(older, rotary, tmp_path)
 
 
-def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path):
+def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path, tiny_lm):
     from transformer.distributed import lm_epoch_batches
 
     stream = torch.arange(1000) + 4  # every id its own position
@@ -442,11 +464,11 @@ def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path):
     other = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=4, world_size=2)
     assert [int(x[0, 0]) for x, _ in other] != [int(x[0, 0]) for x, _ in batches]  # another epoch, another order
     # A run killed after step 3 (last checkpoint: step 2) and resumed ends where an uninterrupted one does.
-    full = torchrun(tmp_path, TINY_LM, tmp_path / "full", processes=1)  # as the resumed run: one thread
+    full = torchrun(tmp_path, tiny_lm, tmp_path / "full", processes=1)  # as the resumed run: one thread
     assert full.returncode == 0, full.stderr[-3000:]
-    crashed = torchrun(tmp_path, TINY_LM, tmp_path / "crashed", processes=1, env={"TRANSFORMER_KILL_AT": "0:3"})
+    crashed = torchrun(tmp_path, tiny_lm, tmp_path / "crashed", processes=1, env={"TRANSFORMER_KILL_AT": "0:3"})
     assert crashed.returncode != 0 and load_resume_checkpoint(tmp_path / "crashed" / "checkpoints")["step"] == 2
-    resumed = torchrun(tmp_path, TINY_LM, tmp_path / "crashed", processes=1)
+    resumed = torchrun(tmp_path, tiny_lm, tmp_path / "crashed", processes=1)
     assert resumed.returncode == 0 and "resuming at step 2" in resumed.stdout, resumed.stderr[-3000:]
     assert max_difference(tmp_path / "full", tmp_path / "crashed", key_biases=True) == 0.0
     assert metrics(tmp_path / "crashed")["valid_curve"] == metrics(tmp_path / "full")["valid_curve"]
