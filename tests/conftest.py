@@ -10,6 +10,8 @@ end. A new slow file belongs here (`make pytest` prints the slowest tests).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 SLOW = {  # file: seconds of its tests in make pytest, measured 2026-12-02 (see above)
@@ -47,3 +49,21 @@ def pytest_collection_modifyitems(config, items):
         if item.path.name in SLOW or item.get_closest_marker("nbgrader"):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: -SLOW.get(item.path.name, 0))  # stable: file order kept within
+
+
+SMALL_CORPUS = 3000  # poems: the shipped corpus's first ones (of 49,025)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    """The shipped corpus's first SMALL_CORPUS poems, in the text format read_corpus reads
+    (`data.corpus` of a config, `--corpus` of tools/refinement_runs.py). A run on the whole
+    corpus spends most of a test's seconds reading, splitting and encoding it in every
+    process and scoring the whole validation stream; chapter 12 and make refinements use
+    the whole corpus."""
+    from transformer.text import read_corpus
+
+    path = tmp_path_factory.mktemp("corpus") / "poems.txt"
+    path.write_text("".join(f"% {d.author}\t{d.title}\n{d.text}\n" for d in read_corpus()[:SMALL_CORPUS]),
+                    encoding="utf-8")
+    return path

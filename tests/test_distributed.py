@@ -374,28 +374,22 @@ TINY_LM = {"model": {"task": "lm", "d_model": 16, "num_heads": 2, "num_layers": 
            "data": {"min_count": 50, "seq_len": 16},
            "train": {"steps": 4, "batch_size": 8, "warmup": 2, "lr": 3e-3, "checkpoint_every": 2,
                      "log_every": 2, "eval_every": 2, "save_dtype": "float16"}}
-SMALL_CORPUS = 3000  # poems: the shipped corpus's first ones (chapter 12 trains on all 49,025)
 
 
 @pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory) -> dict:
-    """TINY_LM on the shipped corpus's first SMALL_CORPUS poems, written in the corpus format
-    (`data.corpus`): every process of a run reads, splits and encodes its corpus, and each
-    evaluation reads the whole validation stream, which on all 49,025 poems cost about 20 of
-    the 30 seconds of a test. Chapter 12 runs the language model on the whole corpus."""
-    from transformer.text import read_corpus
-
-    path = tmp_path_factory.mktemp("corpus") / "poems.txt"
-    path.write_text("".join(f"% {d.author}\t{d.title}\n{d.text}\n" for d in read_corpus()[:SMALL_CORPUS]),
-                    encoding="utf-8")
-    return {**TINY_LM, "data": {**TINY_LM["data"], "corpus": str(path)}}
+def tiny_lm(small_corpus) -> dict:
+    """TINY_LM on the corpus's first poems (tests/conftest.py): on all 49,025, reading and
+    encoding them in every process and scoring the whole validation stream took about 20 of
+    a test's 30 seconds. Chapter 12 runs the language model on the whole corpus."""
+    return {**TINY_LM, "data": {**TINY_LM["data"], "corpus": str(small_corpus)}}
 
 
 def test_the_small_corpus_reads_back_as_written(tiny_lm):
+    from conftest import SMALL_CORPUS
+
     from transformer.text import read_corpus
 
-    small = read_corpus(tiny_lm["data"]["corpus"])
-    assert small == read_corpus()[:SMALL_CORPUS]
+    assert read_corpus(tiny_lm["data"]["corpus"]) == read_corpus()[:SMALL_CORPUS]
 
 
 def test_language_model_on_two_processes_equals_one_and_loads(tmp_path, tiny_lm):

@@ -53,14 +53,19 @@ def test_the_shipped_comparison_is_the_shipped_configs():
             range(config["train"]["eval_every"], config["train"]["steps"] + 1, config["train"]["eval_every"]))
 
 
-def test_the_tool_writes_what_the_chapter_reads(tmp_path):
+def test_the_tool_writes_what_the_chapter_reads(tmp_path, small_corpus):
+    """Two updates of two variants, on the corpus's first poems (--corpus, tests/conftest.py):
+    on all of them, reading and encoding the corpus and scoring the whole validation stream
+    took most of the test's 44 seconds."""
     out = tmp_path / "comparison.json"
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "refinement_runs.py"), "--steps", "2",
-                          "--seeds", "0", "--variants", "all four", "2017", "--jobs", "2", "--out", str(out)],
+                          "--seeds", "0", "--variants", "all four", "2017", "--jobs", "2",
+                          "--corpus", str(small_corpus), "--out", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["config"]["train"]["steps"] == 2 and result["variants"] == ["all four", "2017"]
+    assert result["config"]["data"]["corpus"] == str(small_corpus.resolve())
     check_shape(result, 2, {"2017": 1, "all four": 1})
     assert [r["variant"] for r in result["runs"]] == ["all four", "2017"]  # in the order asked for
 
@@ -69,3 +74,9 @@ def test_an_unknown_variant_is_refused(capsys):
     with pytest.raises(SystemExit):
         refinement_runs.main(["--variants", "ALiBi", "--out", "/nonexistent/x.json"])
     assert "ALiBi" in capsys.readouterr().err
+
+
+def test_a_missing_corpus_is_refused(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        refinement_runs.main(["--corpus", str(tmp_path / "none.txt"), "--out", str(tmp_path / "x.json")])
+    assert "--corpus" in capsys.readouterr().err and not (tmp_path / "x.json").exists()

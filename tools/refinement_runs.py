@@ -2,6 +2,7 @@
 
     make refinements                                  # every run (see the README for the time)
     python tools/refinement_runs.py --steps 20 --seeds 0 --out /tmp/try.json   # a quick try
+    python tools/refinement_runs.py --corpus my_poems.txt --out /tmp/mine.json  # another corpus
 
 A run is chapter 12's train command (`train_from_config`) with
 transformer/configs/refinements.toml, the variant's model keys (`variants()`: chapter 13's
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=None,
                         help="names of variants(), e.g. 2017 RoPE (default: all six, in their order)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or os.cpu_count() or 1))
+    parser.add_argument("--corpus", type=Path, default=None,
+                        help="a corpus file in the shipped one's format (transformer.text.read_corpus; "
+                        "default: the shipped Tang poems)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
@@ -102,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     base = _read_config_file(CONFIG)
     if args.steps is not None:
         base["train"] = {**base["train"], "steps": args.steps}
+    if args.corpus is not None:
+        if not args.corpus.is_file():
+            parser.error(f"--corpus: no file at {args.corpus}")
+        base["data"] = {**base["data"], "corpus": str(args.corpus.resolve())}
     cfg = load_config(base)
     every = variants(cfg["model"]["d_ff"])
     chosen = args.variants or list(every)
