@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 SLOW = {  # file: seconds of its tests in make pytest, measured 2026-12-02 (see above)
-    "test_cheats.py": 219,      # issue 20's class (03, 07, 13) through real nbgrader and make grade; alone
+    "test_cheats.py": 178,      # issue 20's class (03, 07, 13) through real nbgrader and make grade; alone
     "test_site.py": 129,        # Sphinx builds the site; Chromium opens every page
-    "test_distributed.py": 109,  # torchrun, several processes
+    "test_distributed.py": 87,  # torchrun, several processes
     "test_exercises.py": 99,    # kernels: grading, the proof, student copies
     "test_nbgrader.py": 84,     # real nbgrader on a toy chapter, twice
     "test_clean_install.py": 43,  # the wheel into an empty venv (pip unpacks torch)
-    "test_refinement_runs.py": 30,  # the comparison tool, two runs of two updates
+    "test_refinement_runs.py": 13,  # the comparison tool, two runs of two updates
     "test_generation.py": 19,   # the command line, in subprocesses
     "test_text.py": 9,          # rebuilds the shipped corpus from npm's package
     "test_training.py": 6,      # the copy task learns
