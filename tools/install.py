@@ -4,12 +4,12 @@
 
 installs ARGS (what `pip install` would take: `-r requirements-dev.txt`, `--no-deps -e .`)
 into the environment of the Python that runs this file; uv also gets `--override FILE`
-(requirements-overrides.txt: a dependency left out), which pip has no option for. It uses uv (pinned below, installed
-into the environment by pip first), which installs the pinned set in about 50 s where pip
-takes about 95 s on 2 cores. It compiles every module to bytecode as pip does: where
-PYTHONDONTWRITEBYTECODE is set (as on the machines that run make test), Python would
-otherwise compile torch's modules again in every process that imports them, and make
-test starts hundreds (it took pytest from 954 to 1702 s of CPU).
+(requirements-overrides.txt: a dependency left out), which pip has no option for. It
+uses uv (pinned below, installed into the environment by pip first), which installs the
+pinned set in about 50 s where pip takes about 95 s on 2 cores. It compiles every module
+to bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set (as on the machines that run
+make test), Python would otherwise compile torch's modules again in every process that
+imports them, and make test starts hundreds (it took pytest from 954 to 1702 s of CPU).
 
 uv does not read pip's configuration files, so this passes pip's settings on to it: the
 indexes, find-links, constraint files, certificates and timeout that `pip config list`
