@@ -12,12 +12,6 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 # Same thread count everywhere, so that stored outputs reproduce.
 export OMP_NUM_THREADS ?= 2
-# OpenMP threads that wait for work sleep instead of spinning. make test runs two chapters
-# (or test files) at once, each with its threads: spinning threads then take the cores from
-# the threads with work. Measured on 2 cores, two processes of 2 threads each doing the same
-# matrix products: 2.1 s each spinning, 1.14 s sleeping (0.60 s for one alone, either way);
-# the chapters stage 322 s -> 245 s, with the same outputs (the policy changes no number).
-export OMP_WAIT_POLICY ?= PASSIVE
 export PYTHONHASHSEED := 0
 # Chapters (and test files) run at once: one per core (`nproc`), or JOBS=n.
 # BOOK_JOBS, its older name, is still read.

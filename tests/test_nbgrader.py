@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
 import chapter_test  # noqa: E402
+import execute  # noqa: E402
 import exercises  # noqa: E402
 from chapter_test import submission  # noqa: E402
 from notebooks import BEGIN_SOLUTION, RUNS_ALONE, read_chapter  # noqa: E402
@@ -200,13 +201,16 @@ def test_nbgrader_is_not_fooled_by_a_patched_torch_or_a_removed_check(tmp_path):
 # --- the schedule of make test's chapter stage ----------------------------------------
 
 def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeypatch):
-    """Appendix 14 asserts on speed ratios: it must not share the cores with another chapter."""
+    """Appendix 14 asserts on speed ratios: it must not share the cores with another chapter.
+    It keeps OpenMP's spinning threads; the chapters that share the cores get sleeping ones."""
     events: list[tuple[str, str]] = []
+    policies: dict[str, str | None] = {}
     lock = threading.Lock()
 
-    def pretend(self, run, course=None):
+    def pretend(self, run, *args):
         with lock:
             events.append(("start", run.chapter.name))
+            policies[run.chapter.name] = args[-1].get("OMP_WAIT_POLICY")  # the run's env
         time.sleep(0.05)
         with lock:
             events.append(("end", run.chapter.name))
@@ -215,6 +219,9 @@ def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeyp
     monkeypatch.setattr(chapter_test.Runner, "_autograde", pretend)
     monkeypatch.setattr(chapter_test.Runner, "_courses", lambda self, chapters: [tmp_path] * 2)
     monkeypatch.setattr(chapter_test.Runner, "_feedback_and_export", lambda self, course, runs: None)
+    monkeypatch.setattr(execute, "cores", lambda: 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     chapters = [read_chapter(path) for path in sorted((ROOT / "chapters").glob("1[234]_*.ipynb"))]
     assert "14_benchmarks" in RUNS_ALONE
     runner = chapter_test.Runner(chapters, jobs=2, out=tmp_path / "out")
@@ -230,6 +237,22 @@ def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeyp
         else:
             running.discard(name)
     assert sorted(name for kind, name in events if kind == "start") == sorted(c.name for c in chapters)
+    assert policies == {"14_benchmarks": None, "12_distributed": "PASSIVE",
+                        "13_refinements": "PASSIVE"}, policies
+
+
+def test_chapters_that_share_the_cores_get_sleeping_threads(monkeypatch):
+    """OpenMP threads sleep while they wait only where the pool's threads outnumber the cores;
+    a policy the user set is kept."""
+    monkeypatch.setattr(execute, "cores", lambda: 2)
+    assert "OMP_WAIT_POLICY" not in execute.pool_env(1, {"OMP_NUM_THREADS": "2"})
+    assert execute.pool_env(2, {"OMP_NUM_THREADS": "2"})["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in execute.pool_env(2, {"OMP_NUM_THREADS": "1"})
+    assert execute.pool_env(2, {})["OMP_WAIT_POLICY"] == "PASSIVE"  # torch's default: every core
+    assert execute.pool_env(2, {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "ACTIVE"})[
+        "OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.setattr(execute, "cores", lambda: 16)
+    assert "OMP_WAIT_POLICY" not in execute.pool_env(8, {"OMP_NUM_THREADS": "2"})
 
 
 def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch):
@@ -239,8 +262,9 @@ def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch
     events: list[str] = []
 
     class RecordingPool:  # stands in for the process pool: records when work is handed to it
-        def __init__(self, max_workers):
+        def __init__(self, max_workers, initializer, initargs):
             events.append("pool opens")
+            workers_env.update(*initargs)  # what the pool's processes (and their kernels) get
 
         def __enter__(self):
             return self
@@ -258,6 +282,10 @@ def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch
         events.append(path.stem)
         return path, 0.0
 
+    workers_env: dict[str, str] = {}
+    monkeypatch.setattr(execute, "cores", lambda: 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setattr(book, "EXECUTED", tmp_path / "executed")
     monkeypatch.setattr(book, "ProcessPoolExecutor", RecordingPool)
     monkeypatch.setattr(book, "run", pretend)
@@ -266,3 +294,4 @@ def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch
     assert book.main([str(p) for p in chapters] + ["--jobs", "2"]) == 0
     assert events[0] == "14_benchmarks" and events[1] == "pool opens", events
     assert sorted(events[2:]) == ["12_distributed", "13_refinements"]
+    assert workers_env["OMP_WAIT_POLICY"] == "PASSIVE" and "OMP_WAIT_POLICY" not in os.environ

@@ -19,6 +19,7 @@ committed outputs of the others.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -29,7 +30,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import website  # noqa: E402
-from execute import default_jobs, execute_notebook  # noqa: E402
+from execute import default_jobs, execute_notebook, pool_env  # noqa: E402
 from notebooks import ROOT, read_book, read_chapter, running_order  # noqa: E402
 
 EXECUTED = ROOT / "_build" / "executed"
@@ -62,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     for chapter in alone:
         path, seconds = run(chapter.path)
         print(f"ran {path.relative_to(ROOT)} in {seconds:5.1f} s (alone)", flush=True)
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    jobs = max(1, min(args.jobs, len(together)))
+    with ProcessPoolExecutor(max_workers=jobs, initializer=os.environ.update,
+                             initargs=(pool_env(jobs),)) as pool:  # the kernels inherit it
         for future in as_completed([pool.submit(run, c.path) for c in together]):
             path, seconds = future.result()
             print(f"ran {path.relative_to(ROOT)} in {seconds:5.1f} s", flush=True)

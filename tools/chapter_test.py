@@ -5,7 +5,8 @@
 
 Each chapter runs once, top to bottom, in a fresh kernel; the longest chapters start
 first (as the committed runs' cell timestamps predict), N at a time (default: the
-machine's cores, or $JOBS). A chapter that times code against a peer (RUNS_ALONE)
+machine's cores, or $JOBS), with OpenMP threads that sleep while they wait where the
+chapters' threads outnumber the cores (tools/execute.py's pool_env). A chapter that times code against a peer (RUNS_ALONE)
 runs first and by itself, so that a neighbour's load does not move its ratios. What
 the run is:
 
@@ -60,7 +61,7 @@ from nbval import plugin as nbval
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import exercise_proof  # noqa: E402
 import exercises  # noqa: E402
-from execute import default_jobs, execute_notebook  # noqa: E402
+from execute import default_jobs, execute_notebook, pool_env  # noqa: E402
 from notebooks import (  # noqa: E402
     BEGIN_SOLUTION,
     CHAPTER_NAME,
@@ -171,9 +172,11 @@ def stop(process: subprocess.Popen) -> None:
         pass
 
 
-def nbgrader_env() -> dict[str, str]:
-    """What a teacher's shell has with the project's environment active."""
-    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+def nbgrader_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """What a teacher's shell has with the project's environment active (on top of base,
+    default os.environ)."""
+    base = dict(os.environ if base is None else base)
+    return {**base, "PATH": f"{BIN}{os.pathsep}{base.get('PATH', '')}"}
 
 
 
@@ -224,11 +227,12 @@ class Runner:
             for run in alone:
                 if run.mode == "nbgrader":  # grading needs a course of its own worker
                     raise RuntimeError(f"{run.chapter.rel} has exercises and cannot run alone")
-                self._worker(self._queue(run), None)
+                self._worker(self._queue(run), None, pool_env(1))
             work = self._queue(*together)
-            workers = [threading.Thread(target=self._worker, args=(work, courses[i] if courses
-                                                                   else None))
-                       for i in range(min(self.jobs, len(together)))]
+            jobs = min(self.jobs, len(together))
+            workers = [threading.Thread(target=self._worker, args=(
+                           work, courses[i] if courses else None, pool_env(jobs)))
+                       for i in range(jobs)]
             for worker in workers:
                 worker.start()
             for worker in workers:
@@ -269,7 +273,8 @@ class Runner:
             shutil.copytree(first, courses[-1])  # the gradebook.db knows the assignments
         return courses
 
-    def _worker(self, work: queue.Queue, course: Path | None) -> None:
+    def _worker(self, work: queue.Queue, course: Path | None, env: dict[str, str]) -> None:
+        """Run chapters from `work` until it is empty, with `env` (tools/execute.py's pool_env)."""
         graded = []
         while True:
             try:
@@ -278,10 +283,10 @@ class Runner:
                 break
             try:
                 if run.mode == "nbgrader":
-                    self._autograde(run, course)
+                    self._autograde(run, course, env)
                     graded.append(run)
                 else:
-                    self._execute(run)
+                    self._execute(run, env)
             except Exception as err:  # noqa: BLE001 - reported by the chapter's items
                 run.error = f"{type(err).__name__}: {err}"
             if run.mode != "nbgrader" or run.error:
@@ -295,18 +300,18 @@ class Runner:
             for run in graded:
                 run.done.set()
 
-    def _execute(self, run: Run) -> None:
+    def _execute(self, run: Run, env: dict[str, str]) -> None:
         target = self.out / "executed" / run.chapter.path.name
         run.log = self.out / f"{run.chapter.name}.log"
         status, run.seconds, run.cpu_seconds = run_timed(
             [sys.executable, __file__, "--execute", str(run.chapter.path), str(target)],
-            ROOT, run.log)
+            ROOT, run.log, env=env)
         if status:
             run.error = f"the chapter did not run to the end: see {shown(run.log)}"
         else:
             run.executed = nbformat.read(target, as_version=4)
 
-    def _autograde(self, run: Run, course: Path) -> None:
+    def _autograde(self, run: Run, course: Path, env: dict[str, str]) -> None:
         chapter = run.chapter
         released = nbformat.read(course / "release" / chapter.name / chapter.path.name,
                                  as_version=4)
@@ -318,7 +323,7 @@ class Runner:
         run.log = self.out / f"{chapter.name}.log"
         status, run.seconds, run.cpu_seconds = run_timed(
             [str(BIN / "nbgrader"), "autograde", chapter.name], course, run.log,
-            env=nbgrader_env())
+            env=nbgrader_env(env))
         if status:
             run.error = f"nbgrader autograde failed: see {shown(run.log)}"
             return
