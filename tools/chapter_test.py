@@ -6,9 +6,9 @@
 Each chapter runs once, top to bottom, in a fresh kernel; the longest chapters start
 first (as the committed runs' cell timestamps predict), N at a time (default: the
 machine's cores, or $JOBS), with OpenMP threads that sleep while they wait where the
-chapters' threads outnumber the cores (tools/execute.py's pool_env). A chapter that times code against a peer (RUNS_ALONE)
-runs first and by itself, so that a neighbour's load does not move its ratios. What
-the run is:
+chapters' threads outnumber the cores (tools/execute.py's pool_env). A chapter that
+times code against a peer (RUNS_ALONE) runs first and by itself, so that a neighbour's
+load does not move its ratios. What the run is:
 
 - a chapter with exercises is graded by real nbgrader, as a teacher grades it: a course
   is laid out (tools/exercises.py course), nbgrader releases the chapter, a student
