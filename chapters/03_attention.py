@@ -168,6 +168,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.positional import dropout
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -299,6 +300,7 @@ def scaled_dot_product_attention(
         if is_causal and mask is not None:  # both: one mask for the kernel
             mask = mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         return _fused_attention(q, k, v, mask, dropout_p, scale, is_causal and mask is None), None
+    may_hide_a_row = mask is not None  # the causal mask alone always shows query i its key i
     if is_causal:  # the explained path reads the causal mask itself: [q_len, k_len]
         causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
@@ -310,9 +312,11 @@ def scaled_dot_product_attention(
         # it still gets weight exactly 0, and a row with no visible key stays finite
         # (uniform) instead of 0/0 = NaN; multiplying by the mask then zeroes that row.
         scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(dim=-1) * mask
+        weights = scores.softmax(dim=-1)
+        if may_hide_a_row:
+            weights = weights * mask
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
+        weights = dropout(weights, dropout_p)  # chapter 02's dropout
     return weights @ v, (weights if need_weights else None)  # [..., q_len, d_v], [..., q_len, k_len]
 
 

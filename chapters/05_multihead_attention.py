@@ -304,6 +304,7 @@ from torch import nn
 
 from transformer.attention import scaled_dot_product_attention
 from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.positional import Dropout
 
 
 def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
@@ -357,7 +358,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O mixes the heads
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """Cut the last axis into heads of d_head features: a view, no copy.

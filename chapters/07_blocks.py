@@ -320,6 +320,7 @@ from torch import Tensor, nn
 from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
 from transformer.multihead import MultiHeadAttention
+from transformer.positional import Dropout
 
 
 def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
@@ -370,8 +371,8 @@ class EncoderBlock(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model)
-        self.dropout1 = nn.Dropout(dropout)  # residual dropout on each sublayer's output
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)  # residual dropout on each sublayer's output
+        self.dropout2 = Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
@@ -494,9 +495,9 @@ class DecoderBlock(nn.Module):
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model) if cross_attention else None
         self.norm3 = _make_norm(norm, d_model)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout) if cross_attention else None
-        self.dropout3 = nn.Dropout(dropout)
+        self.dropout1 = Dropout(dropout)
+        self.dropout2 = Dropout(dropout) if cross_attention else None
+        self.dropout3 = Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: dict | None = None,

@@ -1022,7 +1022,7 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None,
 #|   pinyin), at three temperatures, and what top-$k$ ($k = 3$) and top-$p$ ($p = 0.6$)
 #|   keep of the flattest one, at temperature 3.
 #| fig-alt: Five small bar charts of p(first word) over the same eight words, wǒ first. At T =
-#|   0.5 and T = 1.0 nearly all the probability is on wǒ. At T = 3 wǒ gets about 0.13 and
+#|   0.5 and T = 1.0 nearly all the probability is on wǒ. At T = 3 wǒ gets about 0.12 and
 #|   the other words small equal bars. Top-k = 3 keeps wǒ and two more words, wǒ at about
 #|   0.8; top-p = 0.6 leaves a flatter distribution with wǒ at about 0.2.
 PINYIN = {

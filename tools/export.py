@@ -180,7 +180,7 @@ def render_module(module: Module) -> str:
 # no chapter exports.
 TOP_LEVEL: dict[str, list[str]] = {
     "Models": ["Transformer", "LanguageModel", "PretrainedModel", "PAPER_CONFIGS", "count_parameters"],
-    "Layers": ["TokenEmbedding", "sinusoidal_encoding", "PositionalEncoding", "scaled_dot_product_attention",
+    "Layers": ["TokenEmbedding", "sinusoidal_encoding", "PositionalEncoding", "Dropout", "scaled_dot_product_attention",
                "SingleHeadSelfAttention", "MultiHeadAttention", "FeedForward", "EncoderBlock", "DecoderBlock",
                "Encoder", "Decoder",
                # chapter 13's refinements; importing them also registers their names in

@@ -10,7 +10,7 @@ from transformer.model import Transformer, PretrainedModel, PAPER_CONFIGS, count
 from transformer.lm import LanguageModel
 # Layers
 from transformer.embedding import TokenEmbedding
-from transformer.positional import sinusoidal_encoding, PositionalEncoding
+from transformer.positional import sinusoidal_encoding, PositionalEncoding, Dropout
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 from transformer.multihead import MultiHeadAttention
 from transformer.feedforward import FeedForward
@@ -42,6 +42,7 @@ __all__ = [
     "TokenEmbedding",
     "sinusoidal_encoding",
     "PositionalEncoding",
+    "Dropout",
     "scaled_dot_product_attention",
     "SingleHeadSelfAttention",
     "MultiHeadAttention",
