@@ -845,13 +845,14 @@ else:
 #   margin wide enough for a busy machine.
 # * Against Hugging Face (section 6; `tools/bench_peers.py`, five interleaved repeats in
 #   each of five rounds, 2 threads), on the 2-core machine this book is built on, whose
-#   speed changed by a third from hour to hour, the ratios ours / theirs were, over the
-#   runs of one afternoon: the language model's training step 0.87 to 0.90 against GPT-2 at
-#   chapter 11's own size and 1.14 to 1.20 at the larger size with dropout; greedy
-#   generation 0.66 to 0.75 (batch 1) and 0.69 to 0.80 (batch 8) against GPT-2, 0.74 and
-#   0.80 for the translator against Marian; eval forward 0.86 to 1.00 against
-#   `torch.nn.Transformer`. The generation targets (0.80) are met; the training step's
-#   (0.85) and the eval forward's (0.90) are not, or not in every run. This page's own
+#   speed changed by a third within the hour, the ratios ours / theirs were, over the
+#   runs of one morning: the language model's training step 0.87 to 0.91 against GPT-2 at
+#   chapter 11's own size and 0.86 to 0.88 at the larger size with dropout; greedy
+#   generation 0.71 to 0.80 (batch 1) and 0.78 to 0.79 (batch 8) against GPT-2, 0.69 to
+#   0.77 (batch 1) and 0.83 (batch 8) for the translator against Marian; eval forward 0.84
+#   to 1.03 against `torch.nn.Transformer`. The generation targets (0.80) are met but for
+#   the translator at batch 8; the training step's (0.85) is not, and the eval forward's
+#   (0.90) not in every run. This page's own
 #   run in section 6, three repeats each, moves further from run to run than these
 #   medians of five rounds.
 # * What moved them. The language model's loss no longer builds its logits: chapter 11's
@@ -862,12 +863,11 @@ else:
 #   keys) and runs its loop under `torch.inference_mode` (chapter 10): the translator went
 #   from 0.86 and 0.85 to 0.74 and 0.80 of Marian. The feed-forward layer applies its ReLU
 #   in place (chapter 06), which saves a tensor of d_ff numbers per position.
-# * Where the training step still loses: dropout. PyTorch draws a dropout mask on the CPU with
-#   `bernoulli_`, which on this AMD processor runs one element at a time; a mask drawn
-#   with `torch.rand_like(x) >= p` is about 3 times as fast, and with it our step at the
-#   issue's size went from 1.22 to 1.00 times GPT-2's in one run. Our model also drops out
-#   inside the feed-forward layer (chapter 06), where GPT-2 does not: without that, the
-#   step is about 1.03. Without dropout (chapter 11's size) both sides spend the rest of
-#   the step in the same matrix multiplies. Changing how dropout draws its
-#   mask changes the random numbers of every chapter that trains, so it is left for a
-#   change that re-runs them.
+# * Dropout. PyTorch draws a dropout mask on the CPU with `bernoulli_`, a random number per
+#   entry, and at the issue's size that was the biggest difference between the two steps
+#   (17 masks a step in ours, 13 in GPT-2's, which has no dropout inside the feed-forward
+#   layer). Chapter 02's `dropout`, which every layer of the book uses, draws 16 random
+#   bits per entry, four from each 64-bit number: on a million entries 2.8 ms against
+#   12 ms, and our step went from 1.14 to 1.20 times GPT-2's to 0.86 to 0.88 (0.82 to 0.84
+#   with GPT-2's placement of dropout). The rest of the step is the same matrix multiplies
+#   on both sides, and `torch.compile` of the whole step gave nothing on this CPU.
