@@ -210,7 +210,8 @@ def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
 # integer in $[-32768, 32767]$, are at least $-32768 + \operatorname{round}(65536\,p)$.
 # That rounds $p$ to a multiple of $1/65536$ ($0.1$ becomes $0.100006$); the survivors
 # are scaled by $1/(1-p)$ of the rounded $p$, so the expected value is still exact.
-# On a GPU, PyTorch's dropout is one fused kernel, and `dropout` hands over to it.
+# On a GPU, PyTorch's dropout is one fused kernel, and `dropout` hands over to it, as it
+# does inside `torch.compile`, which generates its own.
 
 # %%
 #| export
@@ -225,7 +226,8 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     them). An entry is kept when its bits, read as an int16, are at least
     -32768 + round(65536 p): p is rounded to a multiple of 1/65536, and the kept entries
     are scaled by 1 / (1 - the rounded p), so that each entry's mean is still x. On
-    other devices F.dropout's fused kernel runs.
+    other devices, and under torch.compile (which draws and fuses its own masks),
+    F.dropout runs instead.
 
     Args:
         x: a floating-point tensor, any shape.
@@ -245,7 +247,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         raise TypeError(f"x must be a floating-point tensor, got {got}")
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
         return F.dropout(x, p, training=True)
     dropped = round(p * 65536)  # of the 65536 values 16 bits can take, this many drop an entry
     words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-2**63, None)  # 64 random bits each

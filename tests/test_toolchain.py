@@ -79,6 +79,25 @@ def test_compile_fullgraph_forward_and_backward_through_aot_autograd():
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
 
+def test_compile_fullgraph_trains_with_dropout():
+    """With dropout on, a training-mode model still compiles as one graph: chapter 02's
+    dropout hands over to F.dropout under torch.compile (its Tensor.random_ would be a
+    graph break). The masks differ from eager's, so the check is on what dropout promises:
+    a finite loss and gradients, and a mask that changes from call to call."""
+    torch._dynamo.reset()
+    torch.manual_seed(2)
+    trained = Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                          d_ff=24, max_len=40, dropout=0.3).train()
+    compiled = torch.compile(trained, backend="aot_eager", fullgraph=True)
+    src, tgt = ids(2, 7, 5), ids(2, 5, 6)
+    first, second = compiled(src, tgt), compiled(src, tgt)
+    assert not torch.equal(first, second)  # dropout is on
+    first.square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in trained.parameters())
+    trained.eval()
+    torch.testing.assert_close(compiled(src, tgt), trained(src, tgt), atol=1e-5, rtol=0)
+
+
 def test_cached_decoding_compiles_once_and_writes_the_same_tokens(model):
     """model.decode under torch.compile(fullgraph=True, dynamic=True), driven by greedy
     decoding with chapter 10's KV cache: no graph break, the same tokens as eager, and two
