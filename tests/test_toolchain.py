@@ -88,7 +88,8 @@ def test_compile_fullgraph_trains_with_dropout():
     torch.manual_seed(2)
     trained = Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                           d_ff=24, max_len=40, dropout=0.3).train()
-    compiled = torch.compile(trained, backend="aot_eager", fullgraph=True)
+    # Dynamo's own backend: the graph break is Dynamo's, and AOT autograd would cost more time.
+    compiled = torch.compile(trained, backend="eager", fullgraph=True)
     src, tgt = ids(2, 7, 5), ids(2, 5, 6)
     first, second = compiled(src, tgt), compiled(src, tgt)
     assert not torch.equal(first, second)  # dropout is on
