@@ -305,16 +305,17 @@ def scaled_dot_product_attention(
         causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
         mask = causal if mask is None else mask & causal
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
-    if mask is None:
-        weights = scores.softmax(dim=-1)
-    else:
-        # The most negative finite number, not -inf (chapter 04): next to any visible key
-        # it still gets weight exactly 0, and a row with no visible key stays finite
-        # (uniform) instead of 0/0 = NaN; multiplying by the mask then zeroes that row.
-        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(dim=-1)
-        if may_hide_a_row:
-            weights = weights * mask
+    if mask is not None:
+        # A hidden key's score gets a huge negative number added: half the most negative
+        # finite one, not -inf (chapter 04), and half so that a negative score cannot take
+        # the sum past it to -inf. Next to any visible key it gets weight exactly 0, and a
+        # row with no visible key stays finite instead of 0/0 = NaN. Added, not written in
+        # with torch.where: a sum hands its gradient back unchanged, at no cost.
+        hide = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)  # mask's shape: small
+        scores = scores + hide.masked_fill_(~mask, torch.finfo(scores.dtype).min / 2)
+    weights = scores.softmax(dim=-1)
+    if may_hide_a_row:
+        weights = weights * mask  # a row with no visible key: its finite weights -> 0
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)  # chapter 02's dropout
     return weights @ v, (weights if need_weights else None)  # [..., q_len, d_v], [..., q_len, k_len]

@@ -212,15 +212,20 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 
 # %% [markdown]
 # The masked path itself lives in **one** place, chapter 03's
-# `scaled_dot_product_attention`. Its two masked lines are what this chapter is about:
+# `scaled_dot_product_attention`. Its masked lines are what this chapter is about:
 #
 # ```python
-# scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)  # blocked -> most negative float
+# hide = torch.zeros(mask.shape, dtype=scores.dtype)  # 0 where a key may be seen ...
+# scores = scores + hide.masked_fill_(~mask, torch.finfo(scores.dtype).min / 2)  # ... else hugely negative
 # weights = scores.softmax(dim=-1) * mask
 # ```
 #
-# The most negative *finite* number instead of $-\infty$, and a multiplication by the
-# mask after the softmax. Section 6 shows why both are there.
+# A huge but *finite* negative number instead of $-\infty$, and a multiplication by the
+# mask after the softmax. Section 6 shows why both are there. (The number is added rather
+# than written over the score, because the gradient of a sum costs nothing; it is half
+# the most negative float so that adding a negative score cannot overflow it. Chapter 03
+# skips the multiplication when the causal mask alone is applied: it never hides a
+# whole row.)
 #
 # The causal mask for our four decoder inputs, and what it does to the experiment of
 # section 1:
@@ -452,11 +457,12 @@ assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over 
 # %% [markdown]
 # Our fix, in the two lines of section 3:
 #
-# 1. Blocked scores get the most negative **finite** number of the dtype,
-#    $m = $ `torch.finfo(dtype).min` ($\approx -3.4\times10^{38}$ in float32). If the row
-#    has at least one visible score $s$, then $e^{m - s}$ underflows to exactly 0: the
-#    weights are identical to the $-\infty$ version. If nothing is visible, every entry is
-#    $m$, and the softmax is a finite, uniform row.
+# 1. Blocked scores get a huge **finite** negative number added, half the most negative
+#    float of the dtype, $m = $ `torch.finfo(dtype).min / 2` ($\approx -1.7\times10^{38}$
+#    in float32). If the row has at least one visible score $s$, then $e^{m + s' - s}$
+#    underflows to exactly 0: the weights are identical to the $-\infty$ version. If
+#    nothing is visible, every entry is finite (in float32, $m + s'$ rounds to $m$ itself),
+#    and so is the softmax: a uniform row.
 # 2. Multiplying the weights by the mask turns that uniform row into zeros. So an empty
 #    row gives **zero weights and a zero output**, and since that output no longer
 #    depends on anything, zero gradient.
@@ -470,9 +476,10 @@ assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over 
 
 # %%
 s = torch.randn(2, heads, 5, 5)  # scores; every row of `both` sees <bos>
-with_min = torch.where(both, s, torch.finfo(s.dtype).min).softmax(dim=-1)
+hide = torch.zeros(both.shape).masked_fill_(~both, torch.finfo(s.dtype).min / 2)  # chapter 03's numbers
+with_min = (s + hide).softmax(dim=-1)
 with_inf = s.masked_fill(~both, float("-inf")).softmax(dim=-1)
-print("finfo.min and -inf give bitwise identical weights:", torch.equal(with_min, with_inf))
+print("finfo.min / 2 added and -inf give bitwise identical weights:", torch.equal(with_min, with_inf))
 assert torch.equal(with_min, with_inf)
 with torch.no_grad():
     fused = F.scaled_dot_product_attention(x0, x0, x0, attn_mask=left_mask)
@@ -981,7 +988,7 @@ print("ex5 passed")
 # through the softmax of a row of $-\infty$, whose derivative multiplies by those NaN
 # weights, and then through the addition, which passes it on unchanged: the scores get a
 # NaN gradient, the optimiser writes NaN into the projections, and the whole model is NaN
-# after one step. Keeping every number finite on the way in (the most negative finite
+# after one step. Keeping every number finite on the way in (a huge but finite negative
 # score, then multiplying the weights by the mask) gives zeros and a finite gradient.
 
 # %% [markdown]
@@ -998,6 +1005,6 @@ print("ex5 passed")
 # * Boolean and additive (0 / $-\infty$) masks give the same weights; we take booleans,
 #   because a float mask is ambiguous, and refuse float masks with a clear error.
 # * With $-\infty$, a row that sees nothing is NaN, and the NaN spreads through every
-#   later layer and gradient. `scaled_dot_product_attention` uses the most negative
-#   finite number and multiplies by the mask: such a row gives zeros.
+#   later layer and gradient. `scaled_dot_product_attention` adds half the most negative
+#   finite number instead and multiplies by the mask: such a row gives zeros.
 # * No future leak, shown by perturbation and by the gradient's dependency map.

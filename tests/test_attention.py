@@ -148,6 +148,23 @@ def test_no_nan_under_any_bool_mask(dtype):
         assert all(torch.isfinite(g).all() for g in grads)
 
 
+def test_float16_hidden_rows_stay_finite_under_negative_scores():
+    """float16's most negative number is only -65504: a hidden key's score plus finfo.min
+    would overflow to -inf wherever the score is below about -16, and a row with no
+    visible key would turn NaN. Half of it leaves room for any score float16 can hold."""
+    gen = torch.Generator().manual_seed(8)
+    q = -torch.rand(2, 3, 4, 8, generator=gen) * 8 - 4  # [B, h, Tq, d]: all negative
+    k = torch.rand(2, 3, 6, 8, generator=gen) * 8 + 4  # all positive: scores about -100
+    v = torch.randn(2, 3, 6, 8, generator=gen)
+    mask = torch.rand(2, 1, 4, 6, generator=gen) < 0.5
+    mask[0, 0, 1] = False  # query 1 of the first sentence sees no key
+    out, weights = scaled_dot_product_attention(q.half(), k.half(), v.half(), mask)
+    assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+    assert out[0, :, 1].eq(0).all() and weights[0, :, 1].eq(0).all()
+    want, _ = scaled_dot_product_attention(q, k, v, mask)  # float32
+    torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+
+
 def test_rows_sum_to_one_where_visible_and_zero_where_not():
     gen = torch.Generator().manual_seed(7)
     for _ in range(300):
