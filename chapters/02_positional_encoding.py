@@ -1041,4 +1041,8 @@ print("ex4-offset-similarity passed")
 #   `forward(x, start=0)` for step-by-step generation, and raises a clear error for an odd
 #   `d_model`, an input that is not `[batch, seq, d_model]`, or positions past `max_len`.
 #   `transformer.sinusoidal_encoding(length, d_model, start=0)` gives the table itself.
+# * `transformer.Dropout(p)` (an `nn.Dropout`) and `transformer.positional.dropout(x, p,
+#   training)` are the dropout of every later layer: `F.dropout`'s distribution, with $p$
+#   rounded to a multiple of $1/65536$, drawn from 16 random bits per entry, several times
+#   faster on the CPU; on a GPU and under `torch.compile` they call `F.dropout`.
 # * Next: let positions read each other, with attention (chapter 03).
