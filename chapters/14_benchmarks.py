@@ -846,7 +846,7 @@ else:
 # * Against Hugging Face (section 6; `tools/bench_peers.py`, five interleaved repeats in
 #   each of five rounds, 2 threads), on the 2-core machine this book is built on, whose
 #   speed changed by a third within the hour, the ratios ours / theirs were, over the
-#   runs of one morning: the language model's training step 0.87 to 0.91 against GPT-2 at
+#   runs of one morning: the language model's training step 0.87 to 0.95 against GPT-2 at
 #   chapter 11's own size and 0.86 to 0.88 at the larger size with dropout; greedy
 #   generation 0.71 to 0.80 (batch 1) and 0.78 to 0.79 (batch 8) against GPT-2, 0.69 to
 #   0.77 (batch 1) and 0.83 (batch 8) for the translator against Marian; eval forward 0.84
@@ -868,6 +868,6 @@ else:
 #   (17 masks a step in ours, 13 in GPT-2's, which has no dropout inside the feed-forward
 #   layer). Chapter 02's `dropout`, which every layer of the book uses, draws 16 random
 #   bits per entry, four from each 64-bit number: on a million entries 2.8 ms against
-#   12 ms, and our step went from 1.14 to 1.20 times GPT-2's to 0.86 to 0.88 (0.82 to 0.84
+#   12 ms, and our step went from 1.14 to 1.20 times GPT-2's to 0.86 to 0.88 (0.81 to 0.84
 #   with GPT-2's placement of dropout). The rest of the step is the same matrix multiplies
 #   on both sides, and `torch.compile` of the whole step gave nothing on this CPU.
