@@ -543,8 +543,8 @@ _ = positional.eval()
 # %% [markdown]
 # **Our `dropout` and PyTorch's draw from the same law.** On a million entries each drops
 # about a tenth (five standard deviations of the count allow 0.1 ± 0.0015), keeps the mean
-# at 1, scales every survivor by $1/(1-p)$ (ours by that of the rounded $p$: the sixth
-# digit differs) and passes back the gradient mask times scale, which for an input of
+# at 1, scales every survivor by $1/(1-p)$ (ours by that of the rounded $p$, which differs
+# in the sixth decimal) and passes back the gradient mask times scale, which for an input of
 # ones is the output itself.
 
 # %%
