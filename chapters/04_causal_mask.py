@@ -455,14 +455,14 @@ print("float32, -1e9: weights of the empty rows 0 and 1:",
 assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over all 4 keys: pads and future
 
 # %% [markdown]
-# Our fix, in the two lines of section 3:
+# Our fix, in the masked lines of section 3:
 #
 # 1. Blocked scores get a huge **finite** negative number added, half the most negative
 #    float of the dtype, $m = $ `torch.finfo(dtype).min / 2` ($\approx -1.7\times10^{38}$
-#    in float32). If the row has at least one visible score $s$, then $e^{m + s' - s}$
-#    underflows to exactly 0: the weights are identical to the $-\infty$ version. If
-#    nothing is visible, every entry is finite (in float32, $m + s'$ rounds to $m$ itself),
-#    and so is the softmax: a uniform row.
+#    in float32). If the row has at least one visible score $s$, a blocked score $s'$
+#    becomes $m + s'$, and $e^{m + s' - s}$ underflows to exactly 0: the weights are
+#    identical to the $-\infty$ version. If nothing is visible, every entry is finite (in
+#    float32, $m + s'$ rounds to $m$ itself), and so is the softmax: a uniform row.
 # 2. Multiplying the weights by the mask turns that uniform row into zeros. So an empty
 #    row gives **zero weights and a zero output**, and since that output no longer
 #    depends on anything, zero gradient.
