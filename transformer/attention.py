@@ -157,7 +157,7 @@ def scaled_dot_product_attention(
         hide = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)  # mask's shape: small
         scores = scores + hide.masked_fill_(~mask, torch.finfo(scores.dtype).min / 2)
     weights = scores.softmax(dim=-1)
-    if may_hide_a_row:
+    if may_hide_a_row and mask is not None:  # (mask is never None here; said for type checkers)
         weights = weights * mask  # a row with no visible key: its finite weights -> 0
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)  # chapter 02's dropout
