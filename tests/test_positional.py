@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer import PositionalEncoding, sinusoidal_encoding
+from transformer import Dropout, PositionalEncoding, sinusoidal_encoding
+from transformer.positional import dropout
 
 
 def direct_formula(positions, d_model):
@@ -156,9 +157,6 @@ def test_bad_start_raises(start):
 
 
 # --- dropout: the book's, with a cheaper draw on the CPU ------------------------------------
-
-from transformer import Dropout  # noqa: E402
-from transformer.positional import dropout  # noqa: E402
 
 
 def sigmas(rate: float, p: float, n: int) -> float:

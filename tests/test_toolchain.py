@@ -17,6 +17,13 @@ def model() -> Transformer:
                        d_ff=24, max_len=40, tie_output=True).eval()
 
 
+def small_model_in_training(seed: int, dropout: float) -> Transformer:
+    """The fixture's size, seeded, in training mode, with the given dropout."""
+    torch.manual_seed(seed)
+    return Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                       d_ff=24, max_len=40, dropout=dropout).train()
+
+
 def ids(batch: int, length: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     out = torch.randint(3, V, (batch, length), generator=g)
@@ -63,9 +70,7 @@ def test_compile_fullgraph_forward_and_backward_through_aot_autograd():
     """Training mode, through AOT autograd (what inductor compiles, minus code generation,
     which costs tens of seconds per graph here): outputs and gradients within 1e-5."""
     torch._dynamo.reset()
-    torch.manual_seed(1)
-    trained = Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                          d_ff=24, max_len=40, dropout=0.0).train()
+    trained = small_model_in_training(seed=1, dropout=0.0)
     compiled = torch.compile(trained, backend="aot_eager", fullgraph=True)
     src, tgt = ids(2, 7, 5), ids(2, 5, 6)
     out = compiled(src, tgt)
@@ -85,9 +90,7 @@ def test_compile_fullgraph_trains_with_dropout():
     graph break). The masks differ from eager's, so the check is on what dropout promises:
     a finite loss and gradients, and a mask that changes from call to call."""
     torch._dynamo.reset()
-    torch.manual_seed(2)
-    trained = Transformer(V, V, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                          d_ff=24, max_len=40, dropout=0.3).train()
+    trained = small_model_in_training(seed=2, dropout=0.3)
     # Dynamo's own backend: the graph break is Dynamo's, and AOT autograd would cost more time.
     compiled = torch.compile(trained, backend="eager", fullgraph=True)
     src, tgt = ids(2, 7, 5), ids(2, 5, 6)
