@@ -150,6 +150,22 @@ def test_appending_source_padding_leaves_logits_unchanged(kind, batch, extra):
 
 
 @pytest.mark.parametrize("kind", ["post", "pre"])
+@settings(max_examples=8, deadline=None)
+@given(batch=batches())
+def test_eval_encoder_skips_the_source_padding_and_the_logits_stay(kind, batch):
+    """Without src_mask, in eval mode, encode computes the real positions only (chapter 07):
+    the memory of the plain path there, zero at the padding, and the same logits."""
+    src, tgt, _ = batch
+    model, real = MODELS[kind], src != 0
+    mask = model.make_src_mask(src)
+    with torch.no_grad():
+        skipped, plain = model.encode(src), model.encode(src, mask)  # an explicit mask: every position
+        torch.testing.assert_close(skipped[real], plain[real], atol=1e-5, rtol=0)
+        assert torch.equal(skipped[~real], torch.zeros_like(skipped[~real]))
+        torch.testing.assert_close(model(src, tgt), model.decode(tgt, plain, mask), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["post", "pre"])
 @settings(max_examples=6, deadline=None)
 @given(batch=batches())
 def test_fully_padded_source_gives_no_nan(kind, batch):

@@ -329,10 +329,12 @@ class Transformer(PretrainedModel):
         Args:
             src: source ids [B, S], integers in [0, src_vocab_size).
             src_mask: optional bool [B, 1, 1, S] (True = may attend); default
-                make_src_mask(src).
+                make_src_mask(src), and then, in eval mode, the encoder computes the real
+                positions only (chapter 07's skip_padding).
 
         Returns:
-            memory [B, S, d_model].
+            memory [B, S, d_model]; without src_mask, in eval mode, zero at the padding
+            (as torch.nn.Transformer's encoder returns it).
 
         Raises:
             TypeError: src is not an integer tensor, or src_mask not bool.
@@ -342,9 +344,10 @@ class Transformer(PretrainedModel):
         """
         self._check_ids(src, "src")
         self._check_mask(src_mask, "src_mask", (src.size(0), 1, src.size(1), src.size(1)))
-        if src_mask is None:
-            src_mask = self.make_src_mask(src)
-        return self.encoder(self.positional(self.src_embed(src)), src_mask)  # [B, S, d_model]
+        real = None
+        if src_mask is None:  # the padding is where pad_id is: the encoder may skip it (chapter 07)
+            src_mask, real = self.make_src_mask(src), src != self.pad_id  # [B, 1, 1, S], [B, S]
+        return self.encoder(self.positional(self.src_embed(src)), src_mask, real)  # [B, S, d_model]
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, caches: list[dict] | None = None,
@@ -419,8 +422,8 @@ class Transformer(PretrainedModel):
                 f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
                 f"and tgt {tuple(tgt.shape)}"
             )
-        src_mask = self.make_src_mask(src)  # [B, 1, 1, S]
-        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+        # encode builds the same padding mask; without it, it may skip the padding (chapter 07)
+        return self.decode(tgt, self.encode(src), self.make_src_mask(src))  # [B, 1, 1, S] mask
 
 # %% chapters/08_model.ipynb, cell 12
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
