@@ -330,7 +330,8 @@ assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # targets 0.
 # ratio of at most 0.95 for the training step and 0.90 for evaluation: PyTorch's
 # evaluation path has fused kernels of its own ("fast path": one call per encoder layer,
 # nested tensors that skip the padding), so matching it needs chapter 03's fused
-# attention. The assertion above only guards against a large regression: a busy machine
+# attention and chapter 07's encoder, which skips the padding too in eval mode. The
+# assertion above only guards against a large regression: a busy machine
 # moves these ratios by tens of percent.
 #
 # ## 4 · The GEMM peak and the model FLOPs utilisation
@@ -849,10 +850,10 @@ else:
 #   runs of one morning: the language model's training step 0.87 to 0.95 against GPT-2 at
 #   chapter 11's own size and 0.86 to 0.88 at the larger size with dropout; greedy
 #   generation 0.71 to 0.80 (batch 1) and 0.78 to 0.79 (batch 8) against GPT-2, 0.69 to
-#   0.77 (batch 1) and 0.83 (batch 8) for the translator against Marian; eval forward 0.84
-#   to 1.03 against `torch.nn.Transformer`. The generation targets (0.80) are met but for
-#   the translator at batch 8; the training step's (0.85) is not, and the eval forward's
-#   (0.90) not in every run. This page's own
+#   0.77 (batch 1) and 0.83 (batch 8) for the translator against Marian; eval forward 0.85
+#   to 0.88 against `torch.nn.Transformer` (0.84 to 1.03 before our encoder skipped the
+#   padding). The eval forward's target (0.90) is met; the generation targets (0.80) are met
+#   but for the translator at batch 8; the training step's (0.85) is not. This page's own
 #   run in section 6, three repeats each, moves further from run to run than these
 #   medians of five rounds.
 # * What moved them. The language model's loss no longer builds its logits: chapter 11's
@@ -863,6 +864,12 @@ else:
 #   keys) and runs its loop under `torch.inference_mode` (chapter 10): the translator went
 #   from 0.86 and 0.85 to 0.74 and 0.80 of Marian. The feed-forward layer applies its ReLU
 #   in place (chapter 06), which saves a tensor of d_ff numbers per position.
+# * Padding. In eval mode `torch.nn.Transformer`'s encoder computes the real source
+#   positions only (nested tensors), and ours computed every position, a quarter of them
+#   padding in this batch: in a profile, our matrix multiplies did a quarter more work in
+#   the encoder. Chapter 07's encoder now does the same as PyTorch's (the position-wise
+#   layers on the real rows packed together, attention on the grid), and our eval forward
+#   went from 0.84 to 1.03 of PyTorch's to 0.85 to 0.88.
 # * Dropout. PyTorch draws a dropout mask on the CPU with `bernoulli_`, a random number per
 #   entry, and at the issue's size that was the biggest difference between the two steps
 #   (17 masks a step in ours, 13 in GPT-2's, which has no dropout inside the feed-forward
