@@ -483,7 +483,8 @@ class Transformer(PretrainedModel):
                 cross-attention (default None: all visible).
             tgt_mask: optional bool, broadcastable to [B, 1, T, start + T]; default
                 make_tgt_mask(tgt), or with caches a mask that lets each new token see
-                every earlier position, cached or new.
+                every earlier position, cached or new (none for one new token: it sees
+                them all).
             caches: chapter 10's incremental decoding: one dict per decoder layer; tgt
                 then holds the tokens at positions start .. start+T-1.
             start: position of tgt's first token, >= 0 (default 0).
@@ -514,8 +515,9 @@ class Transformer(PretrainedModel):
         if tgt_mask is None:
             if caches is None or start == 0:
                 tgt_mask = self.make_tgt_mask(tgt)
-            else:  # queries start..start+T-1 against keys 0..start+T-1
+            elif t > 1:  # queries start..start+T-1 against keys 0..start+T-1
                 tgt_mask = torch.ones(1, 1, t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
+            # else one new query, which sees every key, cached or new: no mask to build or apply
         x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
         x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, tgt_vocab_size]
