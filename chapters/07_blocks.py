@@ -730,10 +730,11 @@ class Decoder(nn.Module):
 # 08's model passes it) and it is in eval mode (`skip_padding` decides). In training it
 # keeps the plain path: the packed path would draw its dropout masks for other entries, so
 # that a seed would no longer train the model that chapter 09 trains and ships, bit for
-# bit. Section 5 checks that both paths agree and times them. It also keeps the plain path under
-# `torch.compile` and `torch.export`, which need shapes that do not depend on the data
-# (`x[real]` has N rows), and when a hook is registered on an attention module: the faster
-# path does not call that module, and a hook that never fires would be a silent error.
+# bit. Section 5 checks that both paths agree and times them. It also keeps the plain
+# path under `torch.compile` and `torch.export`, which trace one graph for every batch,
+# while the number of rows of `x[real]` depends on the data; and when a hook is registered
+# on an attention module: the faster path does not call that module, and a hook that
+# never fires would be a silent error.
 
 # %%
 #| export
@@ -993,8 +994,8 @@ for norm_first in (False, True):
 
 # %% [markdown]
 # Section 3's faster path must compute what the plain path computes. We encode a batch of
-# 16 sentences whose lengths are spread between half the padded length and all of it (a
-# quarter of the batch is padding, the layout of chapter 14's benchmark) both ways, and
+# 16 sentences whose lengths are spread between half the padded length and all of it (the
+# layout of chapter 14's benchmark; here a fifth of the positions are padding) both ways, and
 # with `torch.nn.TransformerEncoder` holding the same weights, in eval mode, where it
 # skips the padding through its nested tensors.
 
