@@ -179,6 +179,11 @@ def test_encoder_skips_the_padding_in_eval_mode_only_and_never_behind_a_hook():
         hook.remove()
         assert len(seen) == 1 and hooked[~real].abs().sum() > 0  # the hook fired: every position
         torch.testing.assert_close(hooked, enc(x, mask), atol=0, rtol=0)
+        shapes = []  # a hook on a block (hidden states, say) sees the grid too
+        hook = enc.layers[0].register_forward_pre_hook(lambda _m, args: shapes.append(args[0].shape))
+        enc(x, mask, real)
+        hook.remove()
+        assert shapes == [(3, 7, D)]
 
 
 @pytest.mark.parametrize("real, message", [

@@ -400,8 +400,8 @@ def skip_padding(encoder: Encoder, x: Tensor, mask: Tensor | None, real: Tensor)
         real: bool [batch, src_len], True at the real positions.
 
     Returns:
-        True in eval mode, outside torch.compile and torch.export, and when no attention
-        module of the encoder has a hook.
+        True in eval mode, outside torch.compile and torch.export, and when no block of
+        the encoder and no attention module in one has a hook.
 
     Raises:
         ValueError: x or real has the wrong shape, or real is not bool.
@@ -416,7 +416,9 @@ def skip_padding(encoder: Encoder, x: Tensor, mask: Tensor | None, real: Tensor)
         raise ValueError(f"real must be a bool tensor [batch, src_len] = {list(x.shape[:2])}, "
                          f"True at the real positions, got {got}")
     _check_mask_axes(mask, x.size(0), attentions[0].num_heads, x.size(1), "src_mask")
-    hooked = any(a._forward_hooks or a._forward_pre_hooks for a in attentions)  # they expect a call
+    # a hook expects the module to be called, on the [batch, src_len, d_model] grid
+    modules = [*encoder.layers, *attentions]
+    hooked = any(m._forward_hooks or m._forward_pre_hooks for m in modules)
     return not (encoder.training or torch.compiler.is_compiling() or hooked)
 
 __all__ = ["EncoderBlock", "DecoderBlock", "Encoder", "Decoder", "on_grid", "self_attention_at", "skip_padding"]
