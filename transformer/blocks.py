@@ -75,7 +75,7 @@ class EncoderBlock(nn.Module):
         return self.dropout1(self.self_attn(x, x, x, mask, need_weights=False)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout2(self.ffn(x))  # [B, S, d_model]
+        return self.dropout2(self.ffn(x))  # [B, S, d_model], or packed [N, d_model]: position-wise
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None, real: Tensor | None = None) -> Tensor:
         """One encoder layer.
