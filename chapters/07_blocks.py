@@ -720,9 +720,9 @@ class Decoder(nn.Module):
 # grid is needed only inside attention: the queries, keys and values are projected from
 # the N real rows, laid on the `[batch, src_len]` grid with zeros at the padding
 # (`on_grid`), attended to exactly as in chapter 05, and picked back at the real positions
-# before the output projection (`self_attention_at`). The block's own code does not
-# change: `EncoderBlock.forward` takes the packed rows and `real`, and only its
-# self-attention sublayer looks at the layout. The memory is the same at the real
+# before the output projection (`self_attention_at`). The block's code barely changes:
+# `EncoderBlock.forward` takes the packed rows and `real`, and only its self-attention
+# sublayer looks at the layout. The memory is the same at the real
 # positions and zero at the padding, which is what `torch.nn.TransformerEncoder` returns
 # there too: it does the same in eval mode, with what PyTorch calls nested tensors.
 #
@@ -733,9 +733,9 @@ class Decoder(nn.Module):
 # bit. Section 5 checks that both paths agree and times them. It also keeps the plain
 # path under `torch.compile` and `torch.export`, which trace one graph for every batch,
 # while the number of rows of `x[real]` depends on the data; and when a hook is registered
-# on a block or on its attention module: the faster path does not call that module, and
-# hands a block packed rows, and a hook that never fires or reads `[N, d_model]` where it
-# expects `[batch, src_len, d_model]` would be a silent error.
+# on a block or on its attention module: the faster path never calls an attention module
+# and hands each block packed rows, so a hook would silently not fire, or read
+# `[N, d_model]` where it expects `[batch, src_len, d_model]`.
 
 # %%
 #| export
