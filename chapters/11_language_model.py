@@ -1211,8 +1211,6 @@ class LinearCrossEntropy(torch.autograd.Function):
     the mean loss over the labels that are not IGNORE_INDEX; backward returns the gradients
     that forward computed on the way. Call it through linear_cross_entropy, which checks
     its arguments.
-
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
 
     @staticmethod

@@ -162,6 +162,14 @@ def test_exported_function_without_docstring_is_refused(book):
         export.build(read_book(chapters), package)
 
 
+def test_a_docstring_that_already_says_where_it_is_defined_is_refused(book):
+    chapters, package = book
+    make_chapter(chapters, "03_third", "#| default_exp third",
+                 '#| export\ndef twice(x):\n    """Twice.\n\n    Defined in chapter 03, Third.\n    """\n    return x')
+    with pytest.raises(BookError, match="`twice` says where it is defined"):
+        export.build(read_book(chapters), package)
+
+
 def test_a_module_has_one_home_chapter(book):
     chapters, package = book
     make_chapter(chapters, "03_third", "#| default_exp third",

@@ -73,6 +73,9 @@ def stamp_docstrings(source: str, chapter: Chapter, where: str) -> tuple[str, li
         if not (isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
                 and isinstance(doc.value.value, str)):
             raise BookError(f"{where}: exported `{name}` needs a docstring (state the shapes)")
+        if "Defined in chapter" in doc.value.value:  # it would then say so twice in the package
+            raise BookError(f"{where}: the docstring of `{name}` says where it is defined; "
+                            "export adds that line itself: remove it from the notebook")
         indent = " " * node.body[0].col_offset
         edits.append((doc.end_lineno - 1, doc.end_col_offset, indent))
     for line_no, end_col, indent in sorted(edits, reverse=True):

@@ -350,8 +350,6 @@ class LinearCrossEntropy(torch.autograd.Function):
     its arguments.
 
     Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
-
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
     """
 
     @staticmethod
