@@ -20,8 +20,8 @@
 #
 # Chapter 03 let every position read every other position. On the *target* side of a
 # translation that is cheating: the decoder would read the answer it is supposed to
-# predict. This chapter adds the `mask` argument of `scaled_dot_product_attention`: the
-# causal mask that hides the future, the padding mask that hides filler tokens, how the
+# predict. This chapter builds what goes into the `mask` argument of chapter 03's
+# `scaled_dot_product_attention`: the causal mask that hides the future, the padding mask that hides filler tokens, how the
 # two combine, and how to keep a row that sees nothing from turning into NaN.
 
 # %%
@@ -212,20 +212,17 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 
 # %% [markdown]
 # The masked path itself lives in **one** place, chapter 03's
-# `scaled_dot_product_attention`. Its masked lines are what this chapter is about:
+# `scaled_dot_product_attention`. Its two masked lines are what this chapter is about:
 #
 # ```python
-# hide = torch.zeros(mask.shape, dtype=scores.dtype)  # 0 where a key may be seen ...
-# scores = scores + hide.masked_fill_(~mask, torch.finfo(scores.dtype).min / 2)  # ... else hugely negative
-# weights = scores.softmax(dim=-1) * mask
+# scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # hidden: the lowest score
+# weights = scores.softmax(dim=-1)
+# weights = weights.masked_fill(~mask, 0.0)  # and, after the softmax, weight 0
 # ```
 #
-# A huge but *finite* negative number instead of $-\infty$, and a multiplication by the
-# mask after the softmax. Section 6 shows why both are there. (The number is added rather
-# than written over the score, because the gradient of a sum costs nothing; it is half
-# the most negative float so that adding a negative score cannot overflow it. Chapter 03
-# skips the multiplication when the causal mask alone is applied: it never hides a
-# whole row.)
+# A hidden score becomes the most negative *finite* number of its dtype instead of
+# $-\infty$, and the weights are masked a second time after the softmax. Section 6 shows
+# why both are there.
 #
 # The causal mask for our four decoder inputs, and what it does to the experiment of
 # section 1:
@@ -338,8 +335,8 @@ print("blocked pairs have weight 0; every row sums to 1")
 # %% [markdown]
 # ## 5 · Boolean and additive masks are the same thing
 #
-# Code in the wild uses both forms: a boolean mask applied with `masked_fill` (or
-# `torch.where`, as here), or a float matrix of $0$ and $-\infty$ added to the scores (the
+# Code in the wild uses both forms: a boolean mask applied with `masked_fill` (as
+# here), or a float matrix of $0$ and $-\infty$ added to the scores (the
 # form `nn.Transformer.generate_square_subsequent_mask` returns). They compute the same
 # weights: adding $-\infty$ to a finite score gives $-\infty$, exactly what `masked_fill`
 # writes. Converting is one line each way, and the outputs agree:
@@ -457,14 +454,15 @@ assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over 
 # %% [markdown]
 # Our fix, in the masked lines of section 3:
 #
-# 1. Blocked scores get a huge **finite** negative number added, half the most negative
-#    float of the dtype, $m = $ `torch.finfo(dtype).min / 2` ($\approx -1.7\times10^{38}$
-#    in float32). If the row has at least one visible score $s$, a blocked score $s'$
-#    becomes $m + s'$, and $e^{m + s' - s}$ underflows to exactly 0: the weights are
-#    identical to the $-\infty$ version. If nothing is visible, every entry is finite (in
-#    float32, $m + s'$ rounds to $m$ itself), and so is the softmax: a uniform row.
-# 2. Multiplying the weights by the mask turns that uniform row into zeros. So an empty
-#    row gives **zero weights and a zero output**, and since that output no longer
+# 1. Blocked scores are replaced by a huge **finite** negative number, the most negative
+#    float of the dtype, $m = $ `torch.finfo(dtype).min` ($\approx -3.4\times10^{38}$ in
+#    float32, $-65504$ in float16). If the row has at least one visible score $s$,
+#    $e^{m - s}$ underflows to exactly 0: the weights are identical to the $-\infty$
+#    version. If nothing is visible, every entry is $m$, and the softmax of equal finite
+#    numbers is a uniform row, not NaN. (The number is written over the score, never
+#    added to it: $m$ plus a negative score would overflow to $-\infty$.)
+# 2. Masking the weights after the softmax turns that uniform row into zeros. So an
+#    empty row gives **zero weights and a zero output**, and since that output no longer
 #    depends on anything, zero gradient.
 #
 # Below: the finite minimum gives bitwise the same weights as $-\infty$ on rows that see
@@ -476,10 +474,9 @@ assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over 
 
 # %%
 s = torch.randn(2, heads, 5, 5)  # scores; every row of `both` sees <bos>
-hide = torch.zeros(both.shape).masked_fill_(~both, torch.finfo(s.dtype).min / 2)  # chapter 03's numbers
-with_min = (s + hide).softmax(dim=-1)
+with_min = s.masked_fill(~both, torch.finfo(s.dtype).min).softmax(dim=-1)  # chapter 03's line
 with_inf = s.masked_fill(~both, float("-inf")).softmax(dim=-1)
-print("finfo.min / 2 added and -inf give bitwise identical weights:", torch.equal(with_min, with_inf))
+print("finfo.min and -inf give bitwise identical weights:", torch.equal(with_min, with_inf))
 assert torch.equal(with_min, with_inf)
 with torch.no_grad():
     fused = F.scaled_dot_product_attention(x0, x0, x0, attn_mask=left_mask)
@@ -989,7 +986,7 @@ print("ex5 passed")
 # weights, and then through the addition, which passes it on unchanged: the scores get a
 # NaN gradient, the optimiser writes NaN into the projections, and the whole model is NaN
 # after one step. Keeping every number finite on the way in (a huge but finite negative
-# score, then multiplying the weights by the mask) gives zeros and a finite gradient.
+# score, then masking the weights again) gives zeros and a finite gradient.
 
 # %% [markdown]
 # ## Summary
@@ -1005,6 +1002,7 @@ print("ex5 passed")
 # * Boolean and additive (0 / $-\infty$) masks give the same weights; we take booleans,
 #   because a float mask is ambiguous, and refuse float masks with a clear error.
 # * With $-\infty$, a row that sees nothing is NaN, and the NaN spreads through every
-#   later layer and gradient. `scaled_dot_product_attention` adds half the most negative
-#   finite number instead and multiplies by the mask: such a row gives zeros.
+#   later layer and gradient. `scaled_dot_product_attention` writes the most negative
+#   finite number instead and masks the weights again after the softmax: such a row
+#   gives zeros.
 # * No future leak, shown by perturbation and by the gradient's dependency map.

@@ -1149,10 +1149,10 @@ print(f"n = {n}: {per_head:,} entries per head; x 8 heads x 4 bytes = {per_head 
 # We measure it on one encoder block (width 64, 4 heads, batch 1) for growing $n$:
 # the memory that the forward pass saves for backward (counted exactly, tensor by
 # tensor, through `torch.autograd.graph.saved_tensors_hooks`) and the forward time.
-# The block runs attention on chapter 03's fused path (`need_weights=False`); to see the
-# matrices we also run it on the explained path, by switching `need_weights` back on with
-# a forward pre-hook on its attention module (the way chapter 10 reads attention weights
-# out of a trained model).
+# The block runs attention on its fused path (`need_weights=False`, chapter 05); to see
+# the matrices we also run it on chapter 03's path (the "explained" path below), by
+# switching `need_weights` back on with a forward pre-hook on its attention module (the
+# way chapter 10 reads attention weights out of a trained model).
 
 # %%
 lengths = [64, 128, 256, 512, 1024]

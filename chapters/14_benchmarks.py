@@ -23,11 +23,13 @@
 # it:
 #
 # 1. the machine itself (processor, cores, PyTorch's threads);
-# 2. a training step and an evaluation forward pass of our model against
+# 2. a speed path of the book's own, PyTorch's fused attention kernel, proven equal to
+#    chapter 03's attention and measured against it;
+# 3. a training step and an evaluation forward pass of our model against
 #    `torch.nn.Transformer` of the same size, as ratios;
-# 3. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
+# 4. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
 #    step reaches: its **model FLOPs utilisation** (MFU);
-# 4. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
+# 5. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
 #    batch 1 each new token must read every weight of the decoder once, so no
 #    implementation can go faster than bandwidth / bytes of weights.
 #
@@ -109,7 +111,7 @@ print(f"load     {os.getloadavg()[0]:.1f} (1-minute average of runnable processe
 # ## 2 · How we time
 #
 # `interleaved` runs each function once per round, in turn, after a warm-up, and keeps
-# the CPU seconds of every call (or the wall-clock seconds, when asked: section 6); the
+# the CPU seconds of every call (or the wall-clock seconds, when asked: section 7); the
 # **median** over rounds is the figure we use (half the runs were slower, half faster,
 # so one disturbed run does not move it).
 
@@ -156,7 +158,110 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
 
 
 # %% [markdown]
-# ## 3 · Against `torch.nn.Transformer`
+# ## 3 · Fused attention: the same output without the weight matrix
+#
+# Chapter 03's `scaled_dot_product_attention` computes the scores, the softmax and the
+# product with $V$ as separate steps, and autograd keeps the `[Tq, Tk]` matrices they
+# produce for the backward pass. A *fused* kernel does all three at once, tile by tile
+# over the keys: it keeps a running maximum and a running sum of the softmax for each
+# query (the "online softmax") and never builds the whole matrix. For the backward pass
+# it keeps its output and one number per query (the log of the softmax's denominator),
+# and recomputes the rest. This is FlashAttention (Dao et al., 2022, "FlashAttention:
+# Fast and Memory-Efficient Exact Attention with IO-Awareness"); PyTorch's
+# `F.scaled_dot_product_attention` picks such a kernel when the inputs allow. What we
+# give up is the weights themselves. Chapter 05's `attend` takes this path when it is
+# asked for no weights (`need_weights=False`, as chapter 07's blocks ask), through
+# `fused_attention`, which keeps chapter 03's promise that a query with nothing to
+# attend to gets zeros, whatever the PyTorch version.
+#
+# First, the same output and the same gradients, on 4 sentences of 256 tokens with 8
+# heads, padded to different lengths; one sentence is padding only, so its queries have
+# nothing to attend to:
+
+# %%
+from transformer.attention import scaled_dot_product_attention
+from transformer.multihead import fused_attention
+
+torch.manual_seed(0)
+B, H, T, D_HEAD = 4, 8, 256, 32
+qkv = [torch.randn(B, H, T, D_HEAD, requires_grad=True) for _ in range(3)]
+lengths = torch.randint(1, T + 1, (B,))
+lengths[0] = 0  # one sentence of padding only
+pad_mask = (torch.arange(T) < lengths[:, None])[:, None, None, :]  # [B, 1, 1, T]
+
+plain_out, _ = scaled_dot_product_attention(*qkv, pad_mask)
+fused_out = fused_attention(*qkv, pad_mask)
+plain_grads = torch.autograd.grad(plain_out.pow(2).sum(), qkv)
+fused_grads = torch.autograd.grad(fused_out.pow(2).sum(), qkv)
+gap_out = (plain_out - fused_out).abs().max().item()
+gap_grad = max((a - b).abs().max().item() for a, b in zip(plain_grads, fused_grads, strict=True))
+print(f"max |difference|: output < 1e-5: {gap_out < 1e-5}, gradients < 1e-4: {gap_grad < 1e-4}")
+print("sentence of padding only: output all zeros:", bool((fused_out[0] == 0).all()))
+assert gap_out < 1e-5 and gap_grad < 1e-4 and (fused_out[0] == 0).all()
+
+# %% [markdown]
+# Not bit for bit: the kernel sums in tiles, in another order, so the two agree to float
+# rounding, within the tolerances printed. Next, what each keeps for the backward pass
+# besides $Q$, $K$ and $V$ themselves:
+
+# %%
+def saved_for_backward(attend: Callable[[], object]) -> int:
+    """Bytes of the distinct tensors that one call of attend keeps for the backward pass."""
+    seen, total = set(), 0
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        if t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            total += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attend()
+    return total
+
+
+MiB = 2**20
+inputs = 3 * B * H * T * D_HEAD * 4  # q, k, v in float32, kept by both
+kept_plain = saved_for_backward(lambda: scaled_dot_product_attention(*qkv, pad_mask)) - inputs
+kept_fused = saved_for_backward(lambda: fused_attention(*qkv, pad_mask)) - inputs
+print(f"one [B, h, T, T] matrix of weights: {B * H * T * T * 4 / MiB:.1f} MiB; "
+      f"one [B, h, T, d_head] output: {B * H * T * D_HEAD * 4 / MiB:.1f} MiB")
+print(f"kept besides q, k, v: chapter 03's path {kept_plain / MiB:.1f} MiB, fused {kept_fused / MiB:.1f} MiB")
+assert kept_fused < kept_plain / 4
+
+# %% [markdown]
+# Chapter 03's path keeps two matrices of weights: the softmax's output, which the
+# softmax's backward pass needs, and the masked weights, which the product with $V$
+# needs. The fused kernel keeps its output and the 32 KiB of one number per query
+# (which round into the first decimal). And the time of a forward and backward pass,
+# the two paths interleaved (section 2):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def forward_backward(attend: Callable[[], Tensor]) -> Callable[[], None]:
+    """A function that runs attend() and its backward pass once."""
+    return lambda: attend().sum().backward()
+
+
+attention_times = interleaved({
+    "plain": forward_backward(lambda: scaled_dot_product_attention(*qkv, pad_mask)[0]),
+    "fused": forward_backward(lambda: fused_attention(*qkv, pad_mask)),
+}, repeats=9)
+print(f"forward + backward: chapter 03's path {attention_times['plain'] * 1e3:.1f} ms, fused "
+      f"{attention_times['fused'] * 1e3:.1f} ms: {attention_times['plain'] / attention_times['fused']:.1f}x faster")
+
+# %%
+assert attention_times["fused"] < attention_times["plain"]  # the fused kernel is faster
+
+# %% [markdown]
+# The sentences are long on purpose: the matrix that the fused kernel never builds grows
+# with the square of the length, and so does what it saves. In training with dropout on
+# the CPU, `attend` keeps chapter 03's path: PyTorch's CPU kernel has no dropout of its
+# own and falls back to an unfused computation that is slower than ours.
+
+# %% [markdown]
+# ## 4 · Against `torch.nn.Transformer`
 #
 # `torch.nn.Transformer` takes embedded vectors and returns decoder states, so the
 # reference gets what ours has built in: token embeddings scaled by
@@ -329,12 +434,12 @@ assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # targets 0.
 # The targets, measured by `tools/bench_model.py` at full size on a quiet machine, are a
 # ratio of at most 0.95 for the training step and 0.90 for evaluation: PyTorch's
 # evaluation path has fused kernels of its own ("fast path": one call per encoder layer,
-# nested tensors that skip the padding), so matching it needs chapter 03's fused
-# attention and chapter 07's encoder, which skips the padding too in eval mode. The
+# nested tensors that skip the padding), so matching it needs the fused attention of
+# section 3 and chapter 07's encoder, which skips the padding too in eval mode. The
 # assertion above only guards against a large regression: a busy machine
 # moves these ratios by tens of percent.
 #
-# ## 4 · The GEMM peak and the model FLOPs utilisation
+# ## 5 · The GEMM peak and the model FLOPs utilisation
 #
 # Almost all the arithmetic of a Transformer is matrix multiplication, so the fastest a
 # training step can run is set by the machine's matrix-multiply speed. We measure it on
@@ -413,7 +518,7 @@ assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak
 # the GEMM peak, and three runs on the quiet 2-core machine this book is built on gave
 # 51% to 61% (the peak itself moved by a fifth between runs). Run it to see your machine's.
 #
-# ## 5 · Decoding against the memory-bandwidth bound
+# ## 6 · Decoding against the memory-bandwidth bound
 #
 # Generating one token at batch 1 multiplies one vector by every weight matrix of the
 # decoder: each weight is read from memory once and used for one multiply-add. The
@@ -554,7 +659,7 @@ assert products > measured  # the products alone are faster than the whole step
 # runs (up to 1.8 times, as said above) for a fraction of it to be checked. The
 # measurement stays, as information about the machine and the code.
 #
-# ## 6 · Against the libraries a user would pick instead
+# ## 7 · Against the libraries a user would pick instead
 #
 # An engineer who knows Hugging Face would reach for `transformers`: `GPT2LMHeadModel`
 # instead of chapter 11's language model, `MarianMTModel` instead of chapter 08's
@@ -774,7 +879,7 @@ if HF_VERSION is not None:  # guards a large regression only: single ratios move
 # Face's. The figure below draws this run's ratios against them; the summary says where
 # the code stands and why.
 #
-# ## 7 · Figures
+# ## 8 · Figures
 
 # %%
 #| fig-cap: The benchmarks of this appendix, as measured on the machine that ran it (they vary
@@ -832,7 +937,7 @@ else:
     print("no comparison with Hugging Face here: transformers is not installed")
 
 # %% [markdown]
-# ## 8 · Summary
+# ## 9 · Summary
 #
 # * The package exports these helpers as `transformer.benchmarks` (`machine_info`,
 #   `interleaved`, `TorchReference`, `train_step_flops`, `gemm_flops_per_second`,
@@ -844,7 +949,7 @@ else:
 #   at batch 1.
 # * Each number is printed with the machine it ran on, and guarded by an assertion with a
 #   margin wide enough for a busy machine.
-# * Against Hugging Face (section 6; `tools/bench_peers.py`, five interleaved repeats in
+# * Against Hugging Face (section 7; `tools/bench_peers.py`, five interleaved repeats in
 #   each of five rounds, 2 threads), on the 2-core machine this book is built on, whose
 #   speed changed by a third within the hour, the ratios ours / theirs were, over the
 #   runs of one day: the language model's training step 0.85 to 0.95 against GPT-2 at
@@ -854,7 +959,7 @@ else:
 #   forward 0.82 to 0.92 against `torch.nn.Transformer` (0.84 to 1.03 before our encoder
 #   skipped the padding). Each target (0.85 for the training step, 0.80 for generation,
 #   0.90 for the eval forward) is met in some runs and missed in others: the distance to
-#   it is smaller than the spread between runs. This page's own run in section 6, three
+#   it is smaller than the spread between runs. This page's own run in section 7, three
 #   repeats each, moves further from run to run than these medians of five rounds.
 # * What moved them. The language model's loss no longer builds its logits: chapter 11's
 #   `linear_cross_entropy` takes the cross-entropy and its gradients 128 positions at a
@@ -862,8 +967,7 @@ else:
 #   tensor of a step, the step went from even with GPT-2 to about 0.88 of it. Generation
 #   leaves out masks that hide nothing (a source without padding, a step without padded
 #   keys) and runs its loop under `torch.inference_mode` (chapter 10): the translator went
-#   from 0.86 and 0.85 to 0.74 and 0.80 of Marian. The feed-forward layer applies its ReLU
-#   in place (chapter 06), which saves a tensor of d_ff numbers per position.
+#   from 0.86 and 0.85 to 0.74 and 0.80 of Marian.
 # * Padding. In eval mode `torch.nn.Transformer`'s encoder computes the real source
 #   positions only (nested tensors), and ours computed every position, a quarter of them
 #   padding in this batch: in a profile, our matrix multiplies did a quarter more work in

@@ -274,11 +274,20 @@ def test_masks_of_the_wrong_shape(shape):
     (dict(dropout_p=-0.1), "dropout_p"), (dict(dropout_p=1.0), "dropout_p"),
     (dict(dropout_p=math.nan), "dropout_p"), (dict(dropout_p=True), "dropout_p"),
     (dict(scale=0.0), "scale"), (dict(scale=math.nan), "scale"), (dict(scale=-1.0), "scale"),
-    (dict(need_weights=0), "need_weights"),
 ])
 def test_attention_settings(kwargs, name):
     q = torch.randn(2, 3, 4)
     assert_named_error(lambda: scaled_dot_product_attention(q, q, q, **kwargs), name, ValueError)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(need_weights=0), "need_weights"), (dict(is_causal=1), "is_causal"),
+    (dict(is_causal="yes"), "is_causal"),
+])
+def test_multihead_flags(kwargs, name):
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 3, 8)
+    assert_named_error(lambda: mha(x, x, x, **kwargs), name, ValueError)
 
 
 @pytest.mark.parametrize("make", [

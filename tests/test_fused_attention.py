@@ -1,15 +1,16 @@
-"""The fused attention path (issue 12, item 1): need_weights=False runs
-F.scaled_dot_product_attention with the book's guarantees, and agrees with the explained path."""
+"""The fused attention path (chapter 14): fused_attention runs F.scaled_dot_product_attention
+with the book's guarantees and agrees with chapter 03's plain attention; MultiHeadAttention
+takes it when asked for no weights (need_weights=False)."""
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer.attention import SingleHeadSelfAttention, scaled_dot_product_attention
+from transformer.attention import scaled_dot_product_attention
 from transformer.blocks import DecoderBlock, EncoderBlock
 from transformer.model import Transformer
-from transformer.multihead import MultiHeadAttention
+from transformer.multihead import MultiHeadAttention, fused_attention
 
 
 @st.composite
@@ -39,10 +40,9 @@ def attention_inputs(draw):
 def test_fused_equals_explained_values_and_gradients(dtype, atol, inputs):
     q, k, v, mask = inputs
     results = []
-    for need in (True, False):
+    for fused in (False, True):
         leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, weights = scaled_dot_product_attention(*leaves, mask, need_weights=need)
-        assert (weights is None) == (not need)
+        out = fused_attention(*leaves, mask) if fused else scaled_dot_product_attention(*leaves, mask)[0]
         assert torch.isfinite(out).all()
         grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.size(-1), dtype=dtype)).sum(), leaves)
         assert all(torch.isfinite(g).all() for g in grads)
@@ -72,7 +72,7 @@ def test_fully_masked_rows_are_zero_even_if_the_kernel_gave_nan(monkeypatch):
     q = torch.randn(2, 3, 4, 8, requires_grad=True)
     mask = torch.ones(2, 1, 4, 4, dtype=torch.bool)
     mask[0, :, 1] = False  # query 1 of sentence 0 sees nothing
-    out, _ = scaled_dot_product_attention(q, q, q, mask, need_weights=False)
+    out = fused_attention(q, q, q, mask)
     assert torch.isfinite(out).all() and (out[0, :, 1] == 0).all()
     out.sum().backward()
     assert torch.isfinite(q.grad).all()
@@ -97,10 +97,6 @@ def test_dropout_is_applied_on_the_fused_path_in_training_only():
 def test_modules_take_need_weights():
     torch.manual_seed(0)
     x = torch.randn(2, 5, 8)
-    head = SingleHeadSelfAttention(8, d_k=4)
-    out, weights = head(x, need_weights=False)
-    assert weights is None
-    torch.testing.assert_close(out, head(x)[0], atol=1e-6, rtol=0)
     mha = MultiHeadAttention(8, 2).eval()
     memory = torch.randn(2, 7, 8)
     out, weights = mha(x, memory, memory, need_weights=False)
@@ -169,18 +165,19 @@ def test_blocks_fused_equal_explained_in_training_with_dropout_zero(norm_first):
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_is_causal_equals_the_causal_mask_values_and_gradients(need_weights, with_mask):
-    """is_causal=True (the flag the fused kernel takes) gives what chapter 04's causal mask gives,
-    on both paths, alone or ANDed with a padding mask."""
+    """attend's is_causal=True (the flag the fused kernel takes) gives what chapter 04's causal
+    mask gives, on both paths, alone or ANDed with a padding mask."""
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(3, 2, 7, 4, generator=g, dtype=torch.float64) for _ in range(3))
     causal = torch.ones(7, 7, dtype=torch.bool).tril()
     padding = (torch.arange(7) < torch.tensor([7, 4, 1])[:, None])[:, None, None]  # [3, 1, 1, 7]
     mask = padding if with_mask else None
+    mha = MultiHeadAttention(8, 2).eval()  # attend alone: no projections, dropout off
     results = []
     for flag in (False, True):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         given = mask if flag else (causal if mask is None else mask & causal)
-        out, weights = scaled_dot_product_attention(*leaves, given, need_weights=need_weights, is_causal=flag)
+        out, weights = mha.attend(*leaves, given, need_weights=need_weights, is_causal=flag)
         grads = torch.autograd.grad((out * torch.linspace(-1, 1, 4, dtype=out.dtype)).sum(), leaves)
         results.append((out, grads, weights))
     (out_m, grads_m, w_m), (out_c, grads_c, w_c) = results
@@ -203,23 +200,26 @@ def test_is_causal_uses_the_kernels_flag_and_refuses_unequal_lengths(monkeypatch
         return fused(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    mha = MultiHeadAttention(8, 2).eval()
     q = torch.randn(1, 2, 5, 4)
-    scaled_dot_product_attention(q, q, q, need_weights=False, is_causal=True)
+    mha.attend(q, q, q, None, need_weights=False, is_causal=True)
     assert seen == [(True, True)]
-    with pytest.raises(ValueError, match="is_causal needs q_len == k_len"):
-        scaled_dot_product_attention(q, torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4), is_causal=True)
+    with pytest.raises(ValueError, match="is_causal needs Tq == Tk"):
+        mha.attend(q, torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4), None, is_causal=True)
+    x = torch.randn(1, 5, 8)
     with pytest.raises(ValueError, match="is_causal"):
-        scaled_dot_product_attention(q, q, q, is_causal=1)
+        mha(x, x, x, is_causal=1)
 
 
 def test_is_causal_with_dropout_drops_only_visible_weights():
     """The explained path with dropout (the CPU's training path) under is_causal: nothing above
     the diagonal, and in eval-equivalent dropout 0 the rows sum to 1."""
     torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, dropout=0.5).train()
     q = torch.randn(2, 2, 6, 4)
-    _, weights = scaled_dot_product_attention(q, q, q, dropout_p=0.5, is_causal=True)
+    _, weights = mha.attend(q, q, q, None, need_weights=True, is_causal=True)
     assert weights.triu(1).eq(0).all() and weights.tril().ne(0).any()
-    _, weights = scaled_dot_product_attention(q, q, q, is_causal=True)
+    _, weights = mha.eval().attend(q, q, q, None, need_weights=True, is_causal=True)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 6))
 
 

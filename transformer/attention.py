@@ -6,10 +6,62 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torch.nn import functional as F
 
 from transformer.embedding import _check_bool, _check_float, _check_int
 from transformer.positional import dropout
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, scale: float | None = None) -> tuple[Tensor, Tensor]:
+    """softmax(q k^T * scale) v, returning (output, weights).
+
+    Masks are bool, True = may attend, as in torch.nn.functional.scaled_dot_product_attention
+    (torch.nn.MultiheadAttention's masks use the opposite convention). A query row that
+    may attend to nothing gets all-zero weights and output, never NaN.
+
+    Args:
+        q: queries [..., q_len, d_k]; the leading axes (batch, heads) broadcast.
+        k: keys [..., k_len, d_k], same dtype.
+        v: values [..., k_len, d_v], same dtype.
+        mask: optional bool, broadcastable to [..., q_len, k_len] (extra leading size-1
+            axes allowed).
+        dropout_p: dropout probability on the weights, in [0, 1) (pass 0.0 when not
+            training; default 0.0).
+        scale: factor on the scores, > 0; default 1 / sqrt(d_k).
+
+    Returns:
+        output [..., q_len, d_v], and weights [..., q_len, k_len] (the weights actually
+        applied, after mask and dropout, so that output == weights @ v).
+
+    Raises:
+        TypeError: q, k, v are not floating-point tensors of one dtype, or mask is not bool.
+        ValueError: the shapes do not fit, the mask does not broadcast, or dropout_p or
+            scale is out of range.
+
+    Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
+    """
+    mask = _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.size(-1))
+    scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
+    if mask is not None:  # a hidden key: the lowest score there is, so its weight is 0
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # each row sums to 1
+    if mask is not None:  # a row that may see nothing: zeros, not an average (chapter 04)
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)  # chapter 02's dropout
+    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+
+# %% chapters/03_attention.ipynb, cell 16
+def _check_attention_args(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+                          dropout_p: float, scale: float | None) -> Tensor | None:
+    """Raise a clear error unless the arguments fit; return the mask (None, or checked)."""
+    _check_qkv(q, k, v)
+    _check_float("dropout_p", dropout_p, 0.0, 1.0)
+    if scale is not None:
+        _check_float("scale", scale, 0.0, low_closed=False)
+    return None if mask is None else _check_mask(mask, (*q.shape[:-1], k.size(-2)))
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -20,7 +72,7 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
             raise TypeError(f"{name} must be a floating-point torch.Tensor, got {got}")
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+    if min(q.dim(), k.dim(), v.dim()) < 2:
         raise ValueError(
             "q, k, v must have shape [..., len, dim]; got q "
             f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
@@ -65,105 +117,7 @@ def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], name: str = "mask")
         )
     return mask
 
-
-def _fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                     dropout_p: float, scale: float, is_causal: bool = False) -> Tensor:
-    """The same output through PyTorch's fused kernel, which never returns the weights."""
-    if mask is None:  # with is_causal the kernel skips the blocks above the diagonal
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale,
-                                              is_causal=is_causal)
-    # A row with no visible key would be 0/0 inside the kernel (NaN in older PyTorch
-    # releases, forward and backward): let it see every key, then zero its output, which is
-    # what the explained path does too. No branch on the mask's values: traceable.
-    has_key = mask.any(dim=-1, keepdim=True)  # [..., q_len, 1]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key,
-                                         dropout_p=dropout_p, scale=scale)
-    return out.masked_fill(~has_key, 0.0)  # [..., q_len, d_v]
-
-
-def scaled_dot_product_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-    need_weights: bool = True,
-    is_causal: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """softmax(q k^T * scale) v, returning (output, weights).
-
-    Masks are bool, True = may attend, as in torch.nn.functional.scaled_dot_product_attention
-    (torch.nn.MultiheadAttention's masks use the opposite convention). A query row that
-    may attend to nothing gets all-zero weights and output, never NaN.
-
-    Args:
-        q: queries [..., q_len, d_k]; the leading axes (batch, heads) broadcast.
-        k: keys [..., k_len, d_k], same dtype.
-        v: values [..., k_len, d_v], same dtype.
-        mask: optional bool, broadcastable to [..., q_len, k_len] (extra leading size-1
-            axes allowed).
-        dropout_p: dropout probability on the weights, in [0, 1) (pass 0.0 when not
-            training; default 0.0).
-        scale: factor on the scores, > 0; default 1 / sqrt(d_k).
-        need_weights: return the weights (default True). With False the output comes
-            from PyTorch's fused kernel, which never stores the [q_len, k_len] matrix
-            (except with dropout on the CPU, where the explained path is faster), and the
-            weights returned are None.
-        is_causal: query i may also attend only to keys 0..i (chapter 04's causal mask,
-            given as a flag, as PyTorch's is_causal; q_len == k_len), on top of mask if
-            one is given (default False). Without a mask the fused kernel then skips the
-            blocks above the diagonal instead of reading a mask.
-
-    Returns:
-        output [..., q_len, d_v], and weights [..., q_len, k_len] (the weights actually
-        applied, after mask and dropout, so that output == weights @ v) or None.
-
-    Raises:
-        TypeError: q, k, v are not floating-point tensors of one dtype, or mask is not bool.
-        ValueError: the shapes do not fit, the mask does not broadcast, or dropout_p or
-            scale is out of range.
-
-    Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
-    """
-    _check_qkv(q, k, v)
-    _check_float("dropout_p", dropout_p, 0.0, 1.0)
-    _check_bool("need_weights", need_weights)
-    _check_bool("is_causal", is_causal)
-    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else _check_float(
-        "scale", scale, 0.0, low_closed=False)
-    if mask is not None:
-        mask = _check_mask(mask, (*q.shape[:-1], k.size(-2)))
-    if is_causal and q.size(-2) != k.size(-2):
-        raise ValueError(f"is_causal needs q_len == k_len (query i sees keys 0..i), got q_len "
-                         f"{q.size(-2)} and k_len {k.size(-2)}; pass a mask instead")
-    # PyTorch's CPU kernel has no dropout of its own (it falls back to a slower unfused
-    # path), so with dropout on the CPU the explained path below is the faster one.
-    if not need_weights and (dropout_p == 0.0 or q.device.type != "cpu"):
-        if is_causal and mask is not None:  # both: one mask for the kernel
-            mask = mask & torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
-        return _fused_attention(q, k, v, mask, dropout_p, scale, is_causal and mask is None), None
-    may_hide_a_row = mask is not None  # the causal mask alone always shows query i its key i
-    if is_causal:  # the explained path reads the causal mask itself: [q_len, k_len]
-        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
-        mask = causal if mask is None else mask & causal
-    scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
-    if mask is not None:
-        # A hidden key's score gets a huge negative number added: half the most negative
-        # finite one, not -inf (chapter 04), and half so that a negative score cannot take
-        # the sum past it to -inf. Next to any visible key it gets weight exactly 0, and a
-        # row with no visible key stays finite instead of 0/0 = NaN. Added, not written in
-        # with torch.where: a sum hands its gradient back unchanged, at no cost.
-        hide = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)  # mask's shape: small
-        scores = scores + hide.masked_fill_(~mask, torch.finfo(scores.dtype).min / 2)
-    weights = scores.softmax(dim=-1)
-    if may_hide_a_row and mask is not None:  # (mask is never None here; said for type checkers)
-        weights = weights * mask  # a row with no visible key: its finite weights -> 0
-    if dropout_p > 0.0:
-        weights = dropout(weights, dropout_p)  # chapter 02's dropout
-    return weights @ v, (weights if need_weights else None)  # [..., q_len, d_v], [..., q_len, k_len]
-
-# %% chapters/03_attention.ipynb, cell 16
+# %% chapters/03_attention.ipynb, cell 18
 class SingleHeadSelfAttention(nn.Module):
     """One attention head over a sequence attending to itself (queries, keys, values from x).
 
@@ -189,8 +143,7 @@ class SingleHeadSelfAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_k, bias=bias)  # W_K: what each position offers
         self.v_proj = nn.Linear(d_model, d_k, bias=bias)  # W_V: what each position hands over
 
-    def forward(self, x: Tensor, mask: Tensor | None = None,
-                need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Attend from every position of x to every position it may see.
 
         Args:
@@ -198,10 +151,9 @@ class SingleHeadSelfAttention(nn.Module):
             mask: optional bool, True = may attend, broadcastable to [batch, seq, seq], or
                 a 4-D mask with a heads axis of size 1, [batch or 1, 1, seq, seq], as
                 chapter 04 builds them.
-            need_weights: return the weights (default True); False uses the fused kernel.
 
         Returns:
-            output [batch, seq, d_k] and weights [batch, seq, seq] (None if not needed).
+            output [batch, seq, d_k] and weights [batch, seq, seq].
 
         Raises:
             ValueError: x or mask has the wrong shape.
@@ -210,9 +162,8 @@ class SingleHeadSelfAttention(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != self.d_model:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape [batch, seq, d_model={self.d_model}], got {got}")
-        if isinstance(mask, Tensor) and mask.dim() == 4 and mask.size(1) == 1:
+        if isinstance(mask, Tensor) and mask.dim() == 4:
             mask = mask.squeeze(1)  # one head: drop the heads axis of a [B, 1, Tq, Tk] mask
-        return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask,
-                                            need_weights=need_weights)
+        return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
 
 __all__ = ["scaled_dot_product_attention", "SingleHeadSelfAttention"]

@@ -32,6 +32,28 @@ def _check_stream(x: Tensor, d_model: int, name: str, dtype: torch.dtype) -> Non
                         f"convert one to the other ({name}.to({dtype}) or block.to({x.dtype}))")
 
 
+def sublayer_connection(x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor],
+                        norm_first: bool) -> Tensor:
+    """One sublayer with its residual path and its norm: the pattern every block repeats.
+
+    Args:
+        x: the residual stream [batch, seq, d_model].
+        norm: the sublayer's norm (nn.LayerNorm).
+        sublayer: x [batch, seq, d_model] -> [batch, seq, d_model] (attention or FFN,
+            with its residual dropout).
+        norm_first: Pre-LN, x + sublayer(norm(x)), where the stream itself is never
+            normalised; else the paper's Post-LN, norm(x + sublayer(x)).
+
+    Returns:
+        The new stream, [batch, seq, d_model].
+
+    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
+    """
+    if norm_first:
+        return x + sublayer(norm(x))
+    return norm(x + sublayer(x))
+
+
 class EncoderBlock(nn.Module):
     """Self-attention then FFN, each wrapped in a residual path and a LayerNorm.
 
@@ -71,7 +93,7 @@ class EncoderBlock(nn.Module):
     def _sa_block(self, x: Tensor, mask: Tensor | None, real: Tensor | None = None) -> Tensor:
         if real is not None:  # x holds the real positions only (the faster path, below)
             return self.dropout1(self_attention_at(self.self_attn, x, real, mask))  # [N, d_model]
-        # nobody reads the weights here: the fused path of chapter 03
+        # nobody reads the weights here, so attention may take its fused path (chapter 05)
         return self.dropout1(self.self_attn(x, x, x, mask, need_weights=False)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
@@ -97,11 +119,8 @@ class EncoderBlock(nn.Module):
         """
         if real is None:  # Encoder checks the stream of the faster path
             _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
-        if self.norm_first:  # Pre-LN: the residual stream itself is never normalised
-            x = x + self._sa_block(self.norm1(x), src_mask, real)
-            return x + self._ff_block(self.norm2(x))
-        x = self.norm1(x + self._sa_block(x, src_mask, real))  # Post-LN (the paper)
-        return self.norm2(x + self._ff_block(x))
+        x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, src_mask, real), self.norm_first)
+        return sublayer_connection(x, self.norm2, self._ff_block, self.norm_first)
 
 # %% chapters/07_blocks.ipynb, cell 18
 def _attend(attn: MultiHeadAttention, query: Tensor, kv: Tensor, mask: Tensor | None,
@@ -198,7 +217,7 @@ class DecoderBlock(nn.Module):
                 hold the attention keys/values for incremental decoding (chapter 10).
             tgt_is_causal: the self-attention is causal besides tgt_mask (PyTorch's name):
                 position i sees positions 0..i, without a mask to build or read (chapter
-                03's is_causal; default False).
+                05's is_causal; default False).
 
         Returns:
             [batch, tgt_len, d_model].
@@ -209,39 +228,35 @@ class DecoderBlock(nn.Module):
             TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
         """
         _check_bool("tgt_is_causal", tgt_is_causal)
-        dtype = self.self_attn.out_proj.weight.dtype
-        _check_stream(x, self.d_model, "x", dtype)
+        _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
+        self._check_memory(x, memory, memory_mask)
+        self_cache = None if cache is None else cache.setdefault("self", {})
+        x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, tgt_mask, self_cache, tgt_is_causal),
+                                self.norm_first)
+        if self.cross_attn is not None:  # the paper's block; a language model's has none
+            assert memory is not None and self.norm2 is not None  # checked, and built with it
+            cross_cache = None if cache is None else cache.setdefault("cross", {})
+            x = sublayer_connection(x, self.norm2, lambda h: self._mha_block(h, memory, memory_mask, cross_cache),
+                                    self.norm_first)
+        return sublayer_connection(x, self.norm3, self._ff_block, self.norm_first)
+
+    def _check_memory(self, x: Tensor, memory: Tensor | None, memory_mask: Tensor | None) -> None:
+        """Raise a clear error unless memory fits the block (and x's batch), or is None without
+        cross-attention."""
         if not self.cross_attention:
             if memory is not None or memory_mask is not None:
                 raise ValueError("this DecoderBlock has no cross-attention (cross_attention=False): "
                                  "pass memory=None and memory_mask=None")
-            self_cache = None if cache is None else cache.setdefault("self", {})
-            if self.norm_first:
-                x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache, tgt_is_causal)
-                return x + self._ff_block(self.norm3(x))
-            x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache, tgt_is_causal))
-            return self.norm3(x + self._ff_block(x))
+            return
         if memory is None:
             raise ValueError("memory is None, but this DecoderBlock cross-attends to it: pass the "
                              "encoder output [batch, src_len, d_model] (or build it with cross_attention=False)")
-        _check_stream(memory, self.d_model, "memory", dtype)
+        _check_stream(memory, self.d_model, "memory", self.self_attn.out_proj.weight.dtype)
         if memory.size(0) != x.size(0):
             raise ValueError(
                 f"memory has batch size {memory.size(0)} but x has {x.size(0)}: "
                 "source and target batches must match"
             )
-        self_cache = cross_cache = None
-        if cache is not None:
-            self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
-        norm2 = self.norm2
-        assert norm2 is not None  # built with cross_attention, checked above
-        if self.norm_first:
-            x = x + self._sa_block(self.norm1(x), tgt_mask, self_cache, tgt_is_causal)
-            x = x + self._mha_block(norm2(x), memory, memory_mask, cross_cache)
-            return x + self._ff_block(self.norm3(x))
-        x = self.norm1(x + self._sa_block(x, tgt_mask, self_cache, tgt_is_causal))
-        x = norm2(x + self._mha_block(x, memory, memory_mask, cross_cache))
-        return self.norm3(x + self._ff_block(x))
 
 # %% chapters/07_blocks.ipynb, cell 20
 class Encoder(nn.Module):
@@ -421,4 +436,4 @@ def skip_padding(encoder: Encoder, x: Tensor, mask: Tensor | None, real: Tensor)
     hooked = any(m._forward_hooks or m._forward_pre_hooks for m in modules)
     return not (encoder.training or torch.compiler.is_compiling() or hooked)
 
-__all__ = ["EncoderBlock", "DecoderBlock", "Encoder", "Decoder", "on_grid", "self_attention_at", "skip_padding"]
+__all__ = ["sublayer_connection", "EncoderBlock", "DecoderBlock", "Encoder", "Decoder", "on_grid", "self_attention_at", "skip_padding"]

@@ -62,11 +62,7 @@ class FeedForward(nn.Module):
         if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape [..., d_model={self.d_model}], got {got}")
-        hidden = self.linear1(x)  # [batch, seq, d_ff]
-        # ReLU in place: hidden is linear1's fresh output, which nothing else reads (its
-        # backward needs x and the weights, not the output), so no second tensor of d_ff
-        # numbers per position is allocated and written.
-        hidden = hidden.relu_() if self.activation is F.relu else self.activation(hidden)
+        hidden = self.activation(self.linear1(x))  # [batch, seq, d_ff]
         return self.linear2(self.dropout(hidden))  # [batch, seq, d_model]
 
     def extra_repr(self) -> str:

@@ -62,7 +62,11 @@ from collections.abc import Callable
 
 from torch import nn
 
-from transformer.attention import scaled_dot_product_attention
+import math
+
+from torch.nn import functional as F
+
+from transformer.attention import _check_attention_args, scaled_dot_product_attention
 from transformer.embedding import _check_bool, _check_float, _check_int
 from transformer.positional import Dropout
 
@@ -205,13 +209,13 @@ class MultiHeadAttention(nn.Module):
                 positional, the cached length is the position of the first new query.
             static_kv: the keys and values do not change between calls (cross-attention).
             need_weights: return the attention weights (default True, as
-                torch.nn.MultiheadAttention). False runs the fused kernel of chapter 03
-                and returns None for them; the blocks of chapter 07 pass False. To read
+                torch.nn.MultiheadAttention). False returns None for them and lets
+                `attend` run PyTorch's fused kernel; the blocks of chapter 07 pass False. To read
                 the weights of a module inside a model, register a forward pre-hook
                 (with_kwargs=True) that sets kwargs["need_weights"] = True.
             is_causal: query i may attend only to keys 0..i (Tq == Tk), on top of mask:
-                chapter 04's causal mask as chapter 03's flag, which lets the fused kernel
-                skip the blocks above the diagonal (default False).
+                chapter 04's causal mask as a flag, as in PyTorch, which lets the fused
+                kernel skip the blocks above the diagonal (default False).
 
         Returns:
             output [B, Tq, d_model], and weights [B, num_heads, Tq, Tk] (after dropout)
@@ -234,6 +238,8 @@ class MultiHeadAttention(nn.Module):
         _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
                                 None if reuse else key, None if reuse else value)
         _check_mask_axes(mask, query.size(0), self.num_heads, query.size(1))
+        _check_bool("need_weights", need_weights)
+        _check_bool("is_causal", is_causal)
         if reuse and cache is not None:
             q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
             k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
@@ -263,14 +269,66 @@ class MultiHeadAttention(nn.Module):
             k: keys [B, h, Tk, d_head].
             v: values [B, h, Tk, d_head].
             mask: optional bool, True = may attend, broadcastable to [B, h, Tq, Tk].
-            need_weights: return the weights (else the fused kernel, and None).
-            is_causal: query i sees keys 0..i only, on top of mask (chapter 03's flag).
+            need_weights: return the weights (else PyTorch's fused kernel, and None).
+            is_causal: query i sees keys 0..i only (Tq == Tk), on top of mask: chapter
+                04's causal mask given as a flag, as in PyTorch.
 
         Returns:
             out [B, h, Tq, d_head], and weights [B, h, Tq, Tk] or None.
         """
         dropout_p = self.dropout.p if self.training else 0.0
-        return scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p, need_weights=need_weights,
-                                            is_causal=is_causal)
+        if is_causal and q.size(-2) != k.size(-2):
+            raise ValueError(f"is_causal needs Tq == Tk (query i sees keys 0..i), got Tq {q.size(-2)} "
+                             f"and Tk {k.size(-2)}; pass a mask instead")
+        # The fast path, chosen here once (chapter 14 shows it equal and measures it).
+        if _why_not_fused(need_weights, dropout_p, q.device) is None:
+            return fused_attention(q, k, v, mask, dropout_p, is_causal), None
+        if is_causal:
+            mask = _and_causal(mask, q.size(-2), q.device)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
+        return out, (weights if need_weights else None)
 
-__all__ = ["MultiHeadAttention"]
+# %% chapters/05_multihead_attention.ipynb, cell 17
+def _why_not_fused(need_weights: bool, dropout_p: float, device: torch.device) -> str | None:
+    """Why attend does not hand the work to PyTorch's fused kernel, or None when it does."""
+    if need_weights:
+        return "the weights are asked for, and the fused kernel never stores them"
+    if dropout_p > 0.0 and device.type == "cpu":
+        return "dropout on the CPU, where PyTorch's kernel falls back to a slower unfused path"
+    return None
+
+
+def _and_causal(mask: Tensor | None, size: int, device: torch.device) -> Tensor:
+    """mask & chapter 04's causal mask [size, size] (the causal mask alone if mask is None)."""
+    causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # [Tq, Tk]
+    return causal if mask is None else mask & causal
+
+
+def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
+                    dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
+    """Chapter 03's attention output through PyTorch's fused kernel, which keeps no weights.
+
+    Args:
+        q: queries [..., Tq, d_k]; k: keys [..., Tk, d_k]; v: values [..., Tk, d_v].
+        mask: optional bool, True = may attend, broadcastable to [..., Tq, Tk].
+        dropout_p: dropout probability on the weights, in [0, 1) (default 0.0).
+        is_causal: query i sees keys 0..i only, on top of mask (default False).
+
+    Returns:
+        output [..., Tq, d_v]; a query that may see no key gets zeros, as in chapter 03.
+
+    Defined in chapter 05, Multi-head attention (`chapters/05_multihead_attention.ipynb`).
+    """
+    mask = _check_attention_args(q, k, v, mask, dropout_p, None)
+    scale = 1.0 / math.sqrt(q.size(-1))
+    if mask is None:  # with is_causal the kernel skips the blocks above the diagonal
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=is_causal)
+    if is_causal:
+        mask = _and_causal(mask, q.size(-2), q.device)
+    # A row with no visible key would be 0/0 inside the kernel (NaN in older PyTorch
+    # releases): let it see every key, then zero its output, as chapter 03's function does.
+    has_key = mask.any(dim=-1, keepdim=True)  # [..., Tq, 1]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale)
+    return out.masked_fill(~has_key, 0.0)  # [..., Tq, d_v]
+
+__all__ = ["MultiHeadAttention", "fused_attention"]
