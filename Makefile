@@ -24,7 +24,7 @@ STAGE := bash tools/stage.sh
 SUBMAKE := $(MAKE) --no-print-directory
 
 .PHONY: help install export sync stamp check-sync lint quick unit pytest chapters nbval exercises \
-        nbgrader test execute checkpoint lm-checkpoint refinements book site pdf lab student grade check course clean clean-student
+        nbgrader test execute checkpoint lm-checkpoint refinements book site pdf lab student grade check course clean clean-student zh
 
 help:
 	@echo "make book        run every chapter in a fresh kernel, build the site in _build/html/"
@@ -41,7 +41,8 @@ help:
 	@echo "make lm-checkpoint   retrain chapter 11's language model (transformer/configs/lm.toml, ~11 min quiet) and ship it"
 	@echo "make refinements retrain chapter 13's comparison (6 variants x 3 seeds) and ship its results"
 	@echo "make export      regenerate transformer/ from the notebooks"
-	@echo "make check-sync  fast: package and .py pairs agree with the notebooks"
+	@echo "make check-sync  fast: package and .py pairs agree with the notebooks; the Chinese edition is current"
+	@echo "make zh          the Chinese edition: its notebooks and site in _build/zh/ (tools/i18n.py)"
 	@echo "make stamp       write nbgrader metadata and kernelspec into the chapters"
 	@echo "make student     student copies (solutions removed) in student/; FORCE=1 overwrites edited ones"
 	@echo "make check NB=student/04_causal_mask.ipynb   a student's self-check: passed/failed per exercise"
@@ -82,10 +83,17 @@ sync: $(STAMP)
 stamp: $(STAMP)
 	$(PY) tools/exercises.py stamp
 
+# The last line: the Chinese edition is current (tools/i18n.py; about a second).
 check-sync: $(STAMP)
 	$(PY) tools/export.py --check
 	$(PY) tools/pairs.py --check
 	$(PY) tools/exercises.py stamp --check
+	$(PY) tools/i18n.py check
+
+# The Chinese edition: the notebooks of the chapters in it (tools/i18n.py), _build/zh/chapters/,
+# and their site, _build/zh/html/, each page linked to its English twin when _build/html/ has it.
+zh: $(STAMP)
+	$(PY) tools/website.py --language zh
 
 # ruff; mypy on the package; mypy and pyright (standard mode) on the README's programmer section.
 lint: $(STAMP)

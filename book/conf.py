@@ -46,10 +46,20 @@ REPOSITORY = repository_url()
 project = "Building a Transformer, step by step"
 author = "the authors of the book"
 copyright = "the authors of the book, MIT licence"  # noqa: A001
-language = "en"
 version = release = package_version()
 # `make site EDITION=student` builds with the tag `student`: no solutions, no hidden tests.
 EDITION = "student" if tags.has("student") else "full"  # noqa: F821 (Sphinx's tags)
+# `make zh` builds the Chinese edition's site with the tag `zh` (tools/website.py
+# --language zh): <html lang="zh-CN">, the theme's own words in Chinese, and the strings
+# of the book's templates from the edition's table (book/locale/zh_CN/LC_MESSAGES/build.po).
+LANGUAGE = "zh" if tags.has("zh") else "en"  # noqa: F821 (Sphinx's tags)
+language = "zh_CN" if LANGUAGE == "zh" else "en"
+if LANGUAGE == "zh":
+    from i18n import BUILD_TABLE, LOCALE, build_table
+
+    book_code = hashlib.sha256(book_code.encode() + (ROOT / "tools" / "i18n.py").read_bytes()
+                               + (LOCALE / BUILD_TABLE).read_bytes()).hexdigest()
+    BOOK_TEXT = build_table()
 
 extensions = [
     "myst_nb",
@@ -72,7 +82,7 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 
 # --- HTML ----------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
-html_title = "Building a Transformer"
+html_title = "从零构建 Transformer" if LANGUAGE == "zh" else "Building a Transformer"
 templates_path = ["_templates"]
 html_static_path = ["_static"]
 html_css_files = ["book.css"]
@@ -93,14 +103,21 @@ html_theme_options = {
     "navigation_with_keys": False,
     # No icon links, no analytics, no version switcher: nothing that points off the site.
     "icon_links": [],
-    "footer_content_items": ["copyright.html", "build-info.html"],
+    "footer_content_items": ["copyright.html",
+                             "build-info-zh.html" if LANGUAGE == "zh" else "build-info.html"],
 }
 html_context = {
     "default_mode": "auto",  # light or dark from the reader's system; a toggle
     "book_repository": REPOSITORY,
     "book_distribution": distribution_name(),
     "book_edition": EDITION,
+    "book_language": LANGUAGE,
 }
+if LANGUAGE == "zh":
+    html_context["book_text"] = BOOK_TEXT.__getitem__  # a KeyError names a missing string
+    # The search of search_cjk (English words and Chinese characters), not Sphinx's
+    # Chinese one, which wants jieba.
+    html_search_language = "en"
 html_copy_source = True
 # Search works from file:// (searchindex.js is a script). The snippet under each result,
 # which Sphinx fetches from the result's page (refused on file://), comes from the pages'

@@ -1,6 +1,7 @@
 """Build the book's website from executed chapter notebooks (Sphinx + MyST-NB).
 
-    python tools/website.py [--notebooks DIR] [--edition full|student] [--out DIR] [--clean]
+    python tools/website.py [--notebooks DIR] [--edition full|student] [--language en|zh]
+                            [--out DIR] [--clean]
 
 DIR holds executed NN_name.ipynb files (default: the committed chapters/, whose
 outputs are stored; `make book` passes the copies it has just executed). Nothing
@@ -11,9 +12,18 @@ stub with the solution folded under it; `student` (`make site EDITION=student`,
 _build/student/html/) shows the chapters as `make student` hands them out, without
 solutions or hidden tests, for a teacher to publish to a class.
 
+Two languages: English (default) and the Chinese edition (`make zh`, `--language zh`,
+_build/zh/html/, lang="zh-CN"): the chapters listed in tools/i18n.py's EDITION, their
+notebooks made Chinese there from the catalogues of book/locale/zh_CN/ (code and outputs
+untouched), the landing page of book/locale/zh_CN/pages/, and the strings this file
+writes through `_()` in the Chinese of the edition's table. A page that exists in both
+sites (a translated chapter, the landing page) gets a button to its twin, a relative
+link that works from disk, once both are built side by side (`link_languages`).
+
 The Sphinx source tree is assembled in _build/site-src/ from:
-- book/: the hand-written pages (landing page, sources, glossary, teachers), the
-  templates, the styles and scripts, and conf.py, the site's configuration;
+- book/: the hand-written pages (landing page, sources, glossary, teachers, package,
+  making, performance), the templates, the styles and scripts, and conf.py, the
+  site's configuration;
 - each chapter, prepared for reading (`reading_copy`): directive and test-tool lines
   removed (each marked quietly where it means something to a reader), figures
   numbered and captioned from their cells' `#| fig-cap:` / `#| fig-alt:` lines, the
@@ -37,6 +47,7 @@ import ast
 import copy
 import hashlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -66,11 +77,15 @@ from notebooks import (  # noqa: E402
 from project_info import python_versions  # noqa: E402
 
 BOOK = ROOT / "book"
+ZH_PAGES = BOOK / "locale" / "zh_CN" / "pages"  # the Chinese site's own pages (its landing page)
 BUILD = ROOT / "_build"  # the reader's site: _build/html/
 GENERATED = "_generated"  # inside the source tree: included by pages, not pages themselves
 
 
 EDITIONS = ("full", "student")  # with solutions (folded) / as `make student` hands out
+# The English site, and the Chinese edition's (`make zh`: the chapters in tools/i18n.py's
+# EDITION, translated, in _build/zh/html/; lang="zh-CN").
+LANGUAGES = ("en", "zh")
 
 
 @dataclass(frozen=True)
@@ -83,10 +98,18 @@ class Site:
 
     root: Path = BUILD
     edition: str = "full"
+    language: str = "en"
 
     def __post_init__(self) -> None:
         if self.edition not in EDITIONS:
             raise SystemExit(f"edition must be one of {', '.join(EDITIONS)}, not {self.edition!r}")
+        if self.language not in LANGUAGES:
+            raise SystemExit(f"language must be one of {', '.join(LANGUAGES)}, not {self.language!r}")
+
+    @property
+    def other_language(self) -> Path:
+        """Where the same site in the other language lives: _build/zh/ beside _build/."""
+        return self.root / "zh" if self.language == "en" else self.root.parent
 
     @property
     def src(self) -> Path:
@@ -104,6 +127,19 @@ class Site:
 HTML = Site().html
 
 SOLUTION_PROMPTS = {"code_prompt_show": "Show a solution", "code_prompt_hide": "Hide the solution"}
+
+
+def _(english: str, language: str = "en") -> str:
+    """A string the build writes, in the site's language: the Chinese is in the edition's
+    table, book/locale/zh_CN/LC_MESSAGES/build.po, which `tools/i18n.py check` keeps complete."""
+    if language == "en":
+        return english
+    from i18n import build_table
+
+    table = build_table()
+    if english not in table:
+        raise SystemExit(f"book/locale/zh_CN/LC_MESSAGES/build.po has no Chinese for {english!r}")
+    return table[english]
 
 
 # --- what each chapter exports ---------------------------------------------------
@@ -240,7 +276,7 @@ def imports_from_package(chapter: Chapter) -> dict[str, list[str]]:
     return used
 
 
-def package_note(chapter: Chapter, chapters: list[Chapter]) -> str:
+def package_note(chapter: Chapter, chapters: list[Chapter], language: str = "en") -> str:
     """The box under a chapter's title: what it writes into the package and what it uses
     from earlier chapters (linked to the API), and how to run the notebook on its own."""
     writes = []
@@ -255,28 +291,31 @@ def package_note(chapter: Chapter, chapters: list[Chapter]) -> str:
         links = ", ".join(f"{{py:obj}}`~transformer.{module}.{n}`" for n in names
                           if n in documented[module])
         uses.append(f"{{doc}}`transformer.{module} </api/{module}>`" + (f" ({links})" if links else ""))
-    lines = ["```{admonition} In the package", ":class: tip package-note"]
+    lines = ["```{admonition} " + _("In the package", language), ":class: tip package-note"]
     if writes:
-        lines.append("This chapter writes " + "; and ".join(writes) + ". "
-                     "Cells marked *exported* go into the package; the others explain, "
-                     "trace and check.")
+        lines.append(_("This chapter writes {modules}. Cells marked *exported* go into the "
+                       "package; the others explain, trace and check.", language).format(
+                           modules=_("; and ", language).join(writes)))
     else:
-        lines.append("This chapter adds no module to the package: it builds on what the "
-                     "earlier chapters wrote.")
+        lines.append(_("This chapter adds no module to the package: it builds on what the "
+                       "earlier chapters wrote.", language))
     if uses:
-        lines += ["", "It uses, from earlier chapters: " + "; ".join(uses) + "."]
-    lines += ["", download_note(on_page=True), "```"]
+        lines += ["", _("It uses, from earlier chapters: {uses}.", language).format(
+            uses="; ".join(uses))]
+    lines += ["", download_note(on_page=True, language=language), "```"]
     return "\n".join(lines)
 
 
-def download_note(on_page: bool) -> str:
+def download_note(on_page: bool, language: str = "en") -> str:
     """How to run a downloaded chapter: in the box on its page, and in the notebook itself."""
     lead = ("**Running this notebook yourself.** The download button (top right) gives this "
             "chapter's notebook. It" if on_page else "> **Running this notebook on its own.** It")
-    return (lead + " imports the package `transformer`, which the book's chapters build. In a "
-            "clone of the book's repository, `make lab` opens it with everything installed. "
-            "Anywhere else, install the package from the clone first, `pip install -e "
-            f"path/to/clone` (Python {python_versions()}), then run the cells top to bottom.")
+    return _(lead, language) + _(
+        " imports the package `transformer`, which the book's chapters build. In a "
+        "clone of the book's repository, `make lab` opens it with everything installed. "
+        "Anywhere else, install the package from the clone first, `pip install -e "
+        "path/to/clone` (Python {versions}), then run the cells top to bottom.",
+        language).format(versions=python_versions())
 
 
 def student_view(notebook: nbformat.NotebookNode, chapter: str) -> nbformat.NotebookNode:
@@ -293,8 +332,8 @@ def student_view(notebook: nbformat.NotebookNode, chapter: str) -> nbformat.Note
     return student
 
 
-def reading_copy(chapter: Chapter, chapters: list[Chapter], edition: str = "full"
-                 ) -> nbformat.NotebookNode:
+def reading_copy(chapter: Chapter, chapters: list[Chapter], edition: str = "full",
+                 language: str = "en") -> nbformat.NotebookNode:
     """The notebook as the site shows it; the chapter's own notebook is not changed.
 
     - `#| default_exp` lines are dropped (a cell left empty is removed); the first
@@ -339,12 +378,17 @@ def reading_copy(chapter: Chapter, chapters: list[Chapter], edition: str = "full
         cell.source = "\n".join(kept).strip("\n")
         if has_figure(cell):
             figures += 1
+            if language != "en":  # the Chinese notebook's (tools/i18n.py build)
+                options.update({k: v for k, v in cell.metadata.get("i18n", {}).items()
+                                if k in ("fig-cap", "fig-alt")})
             caption = options.get("fig-cap", "")
+            label = _("Figure {chapter}.{figure}", language).format(chapter=chapter.number,
+                                                                    figure=figures)
             cell.metadata["mystnb"] = {
-                "figure": {"caption": f"**Figure {chapter.number}.{figures}.** {caption}".strip(),
+                "figure": {"caption": _("**{label}.** {caption}", language).format(
+                               label=label, caption=caption).strip(),
                            "name": f"fig-{chapter.number:02d}-{figures}"},
-                "image": {"alt": options.get("fig-alt") or caption
-                          or f"Figure {chapter.number}.{figures}"},
+                "image": {"alt": options.get("fig-alt") or caption or label},
             }
         if not cell.source.strip():
             if cell.get("outputs"):
@@ -357,12 +401,14 @@ def reading_copy(chapter: Chapter, chapters: list[Chapter], edition: str = "full
             cells.append(stub)
             cell.source = _without_markers(cell.source)
             _tag(cell, "hide-input", "solution")
-            cell.metadata.setdefault("mystnb", {}).update(SOLUTION_PROMPTS)
+            cell.metadata.setdefault("mystnb", {}).update(
+                {key: _(text, language) for key, text in SOLUTION_PROMPTS.items()})
         elif edition == "student" and solution_regions(original.source):
             _tag(cell, "exercise")
         cells.append(cell)
     first_markdown = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"), -1)
-    cells.insert(first_markdown + 1, nbformat.v4.new_markdown_cell(package_note(chapter, chapters)))
+    cells.insert(first_markdown + 1,
+                 nbformat.v4.new_markdown_cell(package_note(chapter, chapters, language)))
     for cell in cells:
         cell.pop("id", None)
     notebook.cells = cells
@@ -381,9 +427,10 @@ def module_label(module: str) -> str:
     return "python -m transformer" if module == "__main__" else f"transformer.{module}"
 
 
-def chapter_map(chapters: list[Chapter]) -> str:
+def chapter_map(chapters: list[Chapter], language: str = "en") -> str:
     """The landing page's table: every chapter and what it adds to the package."""
-    rows = [":::{table}", ":class: chapter-map", "", "| # | Chapter | What it adds to the package |",
+    rows = [":::{table}", ":class: chapter-map", "",
+            f"| # | {_('Chapter', language)} | {_('What it adds to the package', language)} |",
             "|---|---|---|"]
     for chapter in chapters:
         adds = "<br>".join(
@@ -481,13 +528,20 @@ def readme_durations() -> str:
     return found.group(1).strip() + "\n"
 
 
-def export_styles(chapters: list[Chapter]) -> str:
-    """CSS that labels each exported cell with the module it goes to."""
+def export_styles(chapters: list[Chapter], language: str = "en") -> str:
+    """CSS that labels each exported cell with the module it goes to (and, in Chinese,
+    the labels that book.css gives check cells and cells whose output varies)."""
     rules = []
     for chapter in chapters:
         for module in chapter.modules:
+            label = _("exported to transformer/{module}.py", language).format(module=module)
             rules.append(f'div.cell.tag_export-{module} > .cell_input::before '
-                         f'{{ content: "exported to transformer/{module}.py"; }}')
+                         f'{{ content: "{label}"; }}')
+    if language != "en":
+        for tag, english in (("check", "check"),
+                             ("output-varies", "output varies from run to run (timings, losses)")):
+            rules.append(f'div.cell.tag_{tag} > .cell_input::before '
+                         f'{{ content: "{_(english, language)}"; }}')
     return "\n".join(rules) + "\n"
 
 
@@ -520,21 +574,28 @@ def assemble(chapters: list[Chapter], site: Site = Site()) -> tuple[int, str]:
     """Write the Sphinx source tree; return (files changed, navigation signature)."""
     src = site.src
     wanted: dict[Path, bytes | str] = {}
-    for path in BOOK.rglob("*"):
-        relative = path.relative_to(BOOK)
+    # book/locale/: the Chinese edition's catalogues (tools/i18n.py) and its own pages,
+    # which replace the English ones in the Chinese site.
+    pages = BOOK if site.language == "en" else ZH_PAGES
+    for path in pages.rglob("*"):
+        relative = path.relative_to(pages)
         if path.is_file() and path.name != "conf.py" \
-                and relative.parts[0] not in ("_static", "_templates") \
+                and relative.parts[0] not in ("_static", "_templates", "locale") \
                 and "__pycache__" not in relative.parts:
             wanted[src / relative] = path.read_bytes()
     for chapter in chapters:
         wanted[src / "chapters" / f"{chapter.name}.ipynb"] = nbformat.writes(
-            reading_copy(chapter, chapters, site.edition))
+            reading_copy(chapter, chapters, site.edition, site.language))
     for name, text in api_pages(chapters).items():
         wanted[src / name] = text
-    wanted[src / GENERATED / "chapter_map.md"] = chapter_map(chapters)
+    wanted[src / GENERATED / "chapter_map.md"] = chapter_map(chapters, site.language)
     wanted[src / GENERATED / "durations.md"] = readme_durations()
     wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
-    wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters)
+    wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters, site.language)
+    if site.language != "en":
+        from i18n import EDITION_NOTE
+
+        wanted[src / GENERATED / "edition_note.md"] = "> " + _(EDITION_NOTE, site.language) + "\n"
     before = {p for p in src.rglob("*") if p.is_file()} if src.exists() else set()
     changed = sum(write_if_changed(path, data) for path, data in wanted.items())
     for path in sorted(before - set(wanted)):
@@ -551,17 +612,18 @@ def sphinx_build(site: Site, quiet: bool = True, write_all: bool = False) -> int
     from sphinx.cmd.build import build_main
 
     args = ["-b", "html", "-W", "--keep-going", "-c", str(BOOK), "-d", str(site.doctrees),
-            "-t", site.edition, str(site.src), str(site.html)]
+            "-t", site.edition, *(["-t", "zh"] if site.language == "zh" else []),
+            str(site.src), str(site.html)]
     return build_main((["-q"] if quiet else []) + (["-a"] if write_all else []) + args)
 
 
-def offered_notebook(chapter: Chapter, edition: str) -> nbformat.NotebookNode:
+def offered_notebook(chapter: Chapter, edition: str, language: str = "en") -> nbformat.NotebookNode:
     """What a chapter's download button gives: the chapter as executed (directives
     included) or, in the student edition, the student copy that `make student` writes;
     under its title, a note on installing the package it imports."""
     notebook = copy.deepcopy(chapter.notebook)
     title = next((i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown"), -1)
-    note = nbformat.v4.new_markdown_cell(download_note(on_page=False))
+    note = nbformat.v4.new_markdown_cell(download_note(on_page=False, language=language))
     note.id = "book-download-note"
     notebook.cells.insert(title + 1, note)
     return student_copy(notebook, chapter.name) if edition == "student" else notebook
@@ -572,7 +634,8 @@ def offer_notebooks(chapters: list[Chapter], site: Site) -> None:
     for chapter in chapters:
         target = site.html / "_sources" / "chapters" / f"{chapter.name}.ipynb"
         if target.parent.exists():
-            write_if_changed(target, nbformat.writes(offered_notebook(chapter, site.edition)))
+            write_if_changed(target, nbformat.writes(
+                offered_notebook(chapter, site.edition, site.language)))
 
 
 def _parse_cell(source: str) -> ast.Module | None:
@@ -692,6 +755,36 @@ def remove_stale_pages(site: Site) -> None:
             page.unlink()
 
 
+LANGUAGE_NAMES = {"en": "English", "zh": "中文"}  # each in its own language
+SWITCH = '<a class="btn btn-sm language-switch" href="{href}" hreflang="{lang}" lang="{lang}">{name}</a>'
+HEADER_BUTTONS = '<div class="article-header-buttons">'
+
+
+def link_languages(site: Site) -> int:
+    """Link each page that exists in both languages (a chapter of the Chinese edition, the
+    landing page) to its twin, in both sites, by a relative path that works from disk; a
+    button at the top right, beside the download button. Returns the links added."""
+    other = Site(site.other_language, site.edition, "zh" if site.language == "en" else "en")
+    if not other.html.is_dir():
+        return 0
+    linked = 0
+    for page in sorted(site.html.rglob("*.html")):
+        relative = page.relative_to(site.html)
+        twin = other.html / relative
+        if (relative.parts[0] == "chapters" or relative == Path("index.html")) and twin.exists():
+            for here, there, language in ((page, twin, other.language), (twin, page, site.language)):
+                text = here.read_text(encoding="utf-8")
+                if "language-switch" in text or HEADER_BUTTONS not in text:
+                    continue
+                href = Path(os.path.relpath(there, here.parent)).as_posix()
+                switch = SWITCH.format(href=href, lang="zh-CN" if language == "zh" else "en",
+                                       name=LANGUAGE_NAMES[language])
+                here.write_text(text.replace(HEADER_BUTTONS, HEADER_BUTTONS + switch, 1),
+                                encoding="utf-8")
+                linked += 1
+    return linked
+
+
 def build(notebooks: Path = CHAPTERS, site: Site = Site(), clean: bool = False,
           quiet: bool = True) -> int:
     """Assemble and build the site from the notebooks in `notebooks`; return Sphinx's status."""
@@ -714,6 +807,7 @@ def build(notebooks: Path = CHAPTERS, site: Site = Site(), clean: bool = False,
         remove_stale_pages(site)
         link_package_names(chapters, site)
         offer_notebooks(chapters, site)
+        link_languages(site)
         pages = sum(1 for _ in site.html.rglob("*.html"))
         index = site.html / "index.html"
         print(f"site: {len(chapters)} chapters, {pages} pages, {changed} source files changed, "
@@ -733,8 +827,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edition", choices=EDITIONS, default="full",
                         help="full: solutions folded under each exercise (default); student: "
                              "the chapters as `make student` hands them out, no solutions")
+    parser.add_argument("--language", choices=LANGUAGES, default="en",
+                        help="zh: the Chinese edition's chapters (tools/i18n.py), translated "
+                             "from the notebooks, into _build/zh/html/ (full edition only)")
     parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress")
     args = parser.parse_args(argv)
+    if args.language == "zh":
+        if args.edition != "full":
+            raise SystemExit("the Chinese site has the full edition only, for now")
+        import i18n
+
+        out = (args.out or BUILD / "zh").resolve()
+        i18n.build(out=out, chapters=args.notebooks.resolve())  # out/chapters/NN_name.ipynb
+        return build(out / "chapters", Site(out, "full", "zh"), clean=args.clean,
+                     quiet=not args.verbose)
     out = args.out or (BUILD if args.edition == "full" else BUILD / "student")
     return build(args.notebooks.resolve(), Site(out.resolve(), args.edition), clean=args.clean,
                  quiet=not args.verbose)
