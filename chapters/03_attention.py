@@ -605,7 +605,131 @@ fig.colorbar(image, ax=axes, shrink=0.8, label="weight (each row sums to 1)")
 plt.show()
 
 # %% [markdown]
-# ## 8 · What we can do now / what is still missing
+# ## 8 · Why attention, and what it costs
+#
+# Attention is not the first way to let positions read each other. A **recurrent** network
+# (RNN) reads the sentence left to right and carries a state from each position to the
+# next, $h_t = \tanh(x_t W_x + h_{t-1} W_h)$; a **convolution** mixes each position with
+# its $k - 1$ nearest neighbours. Three questions tell them apart: how far apart two
+# positions can be and still meet in one layer (the *path length* of information), how
+# many steps must run one after the other, and what a layer costs as the sentence grows.
+#
+# The path length first, measured with autograd: which of 8 input positions can change the
+# output at the first and at the last position, after one layer of each kind (width 16,
+# random weights)?
+
+# %%
+T_PATH, D_PATH = 8, 16
+torch.manual_seed(0)
+xs = torch.randn(1, T_PATH, D_PATH, requires_grad=True)  # [1, 8, 16]
+rnn_cell = nn.RNNCell(D_PATH, D_PATH)  # h_t = tanh(x_t W_x + h_{t-1} W_h)
+conv = nn.Conv1d(D_PATH, D_PATH, kernel_size=3, padding=1)  # each position and its two neighbours
+head = SingleHeadSelfAttention(D_PATH)
+
+
+def recurrent(x: torch.Tensor) -> torch.Tensor:
+    """One RNN layer over x [1, T, d] -> [1, T, d]: T steps, each waiting for the one before."""
+    h, states = torch.zeros(1, x.size(-1)), []
+    for t in range(x.size(1)):
+        h = rnn_cell(x[:, t], h)
+        states.append(h)
+    return torch.stack(states, dim=1)
+
+
+layers = {"recurrent": recurrent,
+          "convolution, k = 3": lambda x: conv(x.transpose(1, 2)).transpose(1, 2),
+          "attention": lambda x: head(x)[0]}
+reach = {}
+for name, layer in layers.items():
+    out = layer(xs)  # [1, 8, 16]
+    reach[name] = []
+    for i in (0, T_PATH - 1):
+        (g,) = torch.autograd.grad(out[0, i].sum(), xs, retain_graph=True)  # d output_i / d inputs
+        reach[name].append([j for j in range(T_PATH) if g[0, j].abs().sum() > 0])
+    print(f"{name:>18}: output 0 reads inputs {reach[name][0]}, output 7 reads inputs {reach[name][1]}")
+assert reach["attention"] == [list(range(T_PATH))] * 2
+assert reach["convolution, k = 3"] == [[0, 1], [6, 7]]
+assert reach["recurrent"] == [[0], list(range(T_PATH))]
+
+# %% [markdown]
+# One attention layer connects every pair of positions directly: a path of length 1, in
+# both directions. The convolution connects neighbours only; stacking layers widens its
+# reach by $k - 1 = 2$ positions each, so the first and the last of $n$ positions meet only
+# after about $n/2$ layers. The recurrent layer does carry the first input to the last
+# output, but through $n - 1$ updates of its state, each a multiplication by $W_h$ that may
+# shrink what the first word said or blow it up (the vanishing and exploding gradients of
+# RNNs). And those updates cannot run side by side: step $t$ needs $h_{t-1}$.
+#
+# Now the cost, counted by PyTorch itself (`torch.utils.flop_counter`, 2 operations per
+# multiply-add) for the part of each layer that mixes positions: attention's scores and
+# weighted sum on $n$ queries, keys and values of width $d = 64$, against the recurrence
+# $h_{t-1} W_h$ over $n$ steps. The per-position projections ($x W_Q$, $x W_x$, ...) cost
+# the same $O(n d^2)$ in both and are left out.
+
+# %%
+from torch.utils.flop_counter import FlopCounterMode
+
+D_COST = 64
+w_h = nn.Linear(D_COST, D_COST, bias=False)  # the recurrence's W_h
+
+
+def counted(fn, *args) -> int:
+    """The floating-point operations that PyTorch runs for fn(*args)."""
+    with torch.no_grad(), FlopCounterMode(display=False) as flops:
+        fn(*args)
+    return flops.get_total_flops()
+
+
+def recurrence(h0: torch.Tensor, n: int) -> torch.Tensor:
+    """n steps of h <- h W_h, one after the other."""
+    h = h0
+    for _ in range(n):
+        h = w_h(h)
+    return h
+
+
+lengths = [16, 32, 64, 256, 1024]
+cost = {}
+print("     n    attention   recurrence   attention / recurrence")
+for n in lengths:
+    qkv = torch.randn(3, 1, n, D_COST)
+    cost[n] = (counted(scaled_dot_product_attention, *qkv), counted(recurrence, torch.randn(1, D_COST), n))
+    print(f"{n:>6} {cost[n][0]:>12,} {cost[n][1]:>12,} {cost[n][0] / cost[n][1]:>14.2f}")
+for n in lengths:
+    assert cost[n][0] == 4 * n * n * D_COST  # q k^T and weights @ v: 2 n^2 d each
+    assert cost[n][1] == 2 * n * D_COST**2  # n products of [1, d] by [d, d]
+
+# %% [markdown]
+# Attention's count grows with $n^2$ and the recurrence's with $n$: $4n^2 d$ against
+# $2 n d^2$, equal at $n = d/2 = 32$, and at 1024 positions attention does 32 times the
+# work. But it does it in **two** matrix products whatever $n$ (`q @ k.transpose(-2, -1)`
+# and `weights @ v` in section 3), each large enough to keep every core of a machine busy,
+# where the recurrence runs $n$ small products one after the other. That trade, more arithmetic in exchange for parallel steps and a path of length
+# one, is why the Transformer drops recurrence altogether (the paper's Table 1 compares the
+# three layers in these terms). Its price is the $n \times n$ matrix of weights, which grows
+# with the square of the length: chapter 08 measures it in a whole block.
+
+# %%
+#| fig-cap: The part of a layer that mixes positions, counted by PyTorch for width $d = 64$:
+#|   attention's scores and weighted sum grow with the square of the length, the
+#|   recurrence with the length; they cost the same at $n = d/2$.
+#| fig-alt: A log-log plot of floating-point operations against the sequence length n from
+#|   16 to 1024: attention rises with slope 2 from about 66 thousand to 268 million, the
+#|   recurrence with slope 1 from about 131 thousand to 8.4 million; the lines cross at
+#|   n = 32.
+fig, ax = plt.subplots(figsize=(5.5, 3.4))
+ax.loglog(lengths, [cost[n][0] for n in lengths], "o-", label=r"attention, $4n^2d$")
+ax.loglog(lengths, [cost[n][1] for n in lengths], "s-", label=r"recurrence, $2nd^2$")
+ax.set(xlabel="sequence length n", ylabel="floating-point operations",
+       title="the work of mixing positions, d = 64")
+ax.legend()
+ax.grid(alpha=0.3)
+fig.tight_layout()
+plt.show()
+
+
+# %% [markdown]
+# ## 9 · What we can do now / what is still missing
 #
 # **Now:** every position can read every other position, with weights it computes from
 # the content (and, thanks to chapter 02, the position) of the tokens. One function,
@@ -622,7 +746,7 @@ plt.show()
 #   object at once; chapter 05 runs several heads side by side.
 
 # %% [markdown]
-# ## 9 · Exercises
+# ## 10 · Exercises
 #
 # Each exercise has a check cell below it. Make the check pass; do not edit the check. When
 # it fails, it says what it expected and what it got. A check tries a few cases in front of
@@ -875,7 +999,7 @@ _check_entropy(torch.tensor([[1.0]]), "one key")
 print("ex4 passed")
 
 # %% [markdown]
-# ## 10 · Summary
+# ## 11 · Summary
 #
 # * Attention is a soft dictionary lookup: queries are matched against keys by dot
 #   products, a row-wise softmax turns the scores into weights, and each output is the
@@ -888,6 +1012,9 @@ print("ex4 passed")
 #   saturates: a quarter of the queries get almost no gradient, and a few get huge ones
 #   (measured above).
 # * Without positions, self-attention is permutation-equivariant: it sees a bag of words.
+# * Against a recurrent layer, attention connects any two positions in one step and runs
+#   as two matrix products whatever the length, at the price of work and memory that grow
+#   with the square of the length ($4n^2d$ operations against the recurrence's $2nd^2$).
 # * Exported: `scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, scale=None)`
 #   returning `(output, weights)`: scores, mask, softmax, weights @ v; and
 #   `SingleHeadSelfAttention`. The `mask` (True = may attend) is chapter 04's.

@@ -366,9 +366,11 @@ plt.show()
 # shared across positions; it equals PyTorch's own FFN with copied weights.
 #
 # **Still missing:** a way to stack them. Chained naively, attention and FFN layers quickly
-# wash out or blow up the signal, and gradients struggle to reach the first layers
-# (chapter 07 measures both). Chapter 07 wraps each sublayer in a residual path and a
-# LayerNorm, and builds the encoder and decoder blocks.
+# wash out the signal, and gradients struggle to reach the first layers: chapter 07
+# measures, through six such layers, the tokens collapsing onto one vector, the scale of
+# the activations shrinking, and how little gradient reaches the input. Chapter 07 wraps
+# each sublayer in a residual path and a LayerNorm, and builds the encoder and decoder
+# blocks.
 
 # %% [markdown]
 # ## 8 · Exercises

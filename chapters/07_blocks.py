@@ -67,7 +67,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # %%
 src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
 tgt_tokens = ["<bos>", "我", "喜欢", "苹果", "<eos>"]
-d_model, num_heads, d_ff = 32, 8, 128  # 8 heads, as in the paper: no size below repeats T = 4 or S = 5
+d_model, num_heads, d_ff = 32, 8, 128  # 8 heads, as in the paper (no printed shape has their d_head = 4)
 
 x_src = torch.randn(1, len(src_tokens), d_model)  # [1, 5, 32]: embeddings + positions, say
 
@@ -822,8 +822,9 @@ def skip_padding(encoder: Encoder, x: Tensor, mask: Tensor | None, real: Tensor)
 # ## 4 · Shape trace of the running example
 #
 # We send `<bos> I love apples <eos>` (5 tokens) through an encoder block, and the
-# decoder input `<bos> 我 喜欢 苹果` (4 tokens: the target without its last token,
-# chapter 08 explains why) through a decoder block that reads the encoder's output.
+# decoder input `<bos> 我 喜欢 苹果` (4 tokens: the target without its last token, since
+# each position predicts the next one; chapter 04 explains why) through a decoder block
+# that reads the encoder's output.
 # We call the sublayers one at a time to print every intermediate shape.
 
 # %%

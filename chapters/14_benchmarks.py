@@ -31,7 +31,9 @@
 #    step reaches: its **model FLOPs utilisation** (MFU);
 # 5. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
 #    batch 1 each new token must read every weight of the decoder once, so no
-#    implementation can go faster than bandwidth / bytes of weights.
+#    implementation can go faster than bandwidth / bytes of weights;
+# 6. chapter 11's language model and chapter 08's translator against Hugging Face's
+#    `transformers` at the same sizes, as ratios.
 #
 # Timings depend on the machine and on whatever else it runs, so every number below sits
 # in a cell whose output the book's tests do not compare, and is followed by an
@@ -41,8 +43,8 @@
 # hits both alike. And we time on **one thread**: with two, a thread that waits for the
 # other (busy with someone else's program) spins and burns CPU seconds that measure the
 # load, not our code. `tools/bench_model.py` runs the same measurements at full size, with
-# more repeats (the paper's base model, a batch of 4096 tokens), for the numbers quoted in
-# issues; this page is sized to run in well under a minute.
+# more repeats (a batch of 32 sentences of 64 tokens; with `--mfu`, the paper's base model
+# on a batch of 4096 tokens); this page is sized to run in well under a minute.
 
 # %%
 #| default_exp benchmarks
@@ -404,7 +406,7 @@ def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_f
 
 
 # %% [markdown]
-# The configuration of our speed targets: $d_{\text{model}} = 256$, 8 heads,
+# The configuration that `tools/bench_model.py` times: $d_{\text{model}} = 256$, 8 heads,
 # 3 + 3 layers, $d_{ff} = 1024$, a vocabulary of 1000, dropout 0.1. Here with a batch of
 # 8 sentences of 32 tokens each way (the script uses 32 of 64) to keep this page quick.
 
@@ -428,16 +430,16 @@ for name, times in (("train step", train), ("eval forward", evals)):
           f"(CPU time), ratio {ratios[name]:.2f}")
 
 # %%
-assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # targets 0.95 and 0.90: see below
+assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # a large regression only: see below
 
 # %% [markdown]
-# The targets, measured by `tools/bench_model.py` at full size on a quiet machine, are a
-# ratio of at most 0.95 for the training step and 0.90 for evaluation: PyTorch's
-# evaluation path has fused kernels of its own ("fast path": one call per encoder layer,
-# nested tensors that skip the padding), so matching it needs the fused attention of
-# section 3 and chapter 07's encoder, which skips the padding too in eval mode. The
-# assertion above only guards against a large regression: a busy machine
-# moves these ratios by tens of percent.
+# A ratio below 1 means that ours is faster. PyTorch's evaluation path has fused kernels
+# of its own ("fast path": one call per encoder layer, nested tensors that skip the
+# padding), so coming close to it in evaluation needs the fused attention of section 3
+# and chapter 07's encoder, which skips the padding too in eval mode.
+# `tools/bench_model.py` measures both ratios at full size, with more repeats and rounds.
+# The assertion above only guards against a large regression: a busy machine moves these
+# ratios by tens of percent.
 #
 # ## 5 · The GEMM peak and the model FLOPs utilisation
 #
@@ -511,12 +513,11 @@ print(f"training step: {step_flops / 1e9:.2f} GFLOP of model arithmetic in {trai
 assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak was timed under load)
 
 # %% [markdown]
-# A small batch of short sentences leaves the machine underused: its matrices are thin
-# (8 x 32 = 256 rows) and the steps that are not matrix multiplies (softmax, LayerNorm,
-# dropout, Adam) weigh more. At the paper's base size with a batch of 4096 tokens, the
-# MFU that `tools/bench_model.py --mfu` measures is much higher: our target there is 55% of
-# the GEMM peak, and three runs on the quiet 2-core machine this book is built on gave
-# 51% to 61% (the peak itself moved by a fifth between runs). Run it to see your machine's.
+# This page's batch is small: its matrices are thin (8 x 32 = 256 rows), and the steps
+# that are not matrix multiplies (softmax, LayerNorm, dropout, Adam) weigh more in it.
+# `tools/bench_model.py --mfu` measures the paper's base size with a batch of 4096 tokens:
+# 51% to 61% of the GEMM peak in three runs on the quiet 2-core machine this book is built
+# on (the peak itself moved by a fifth between runs). Run both to compare on your machine.
 #
 # ## 6 · Decoding against the memory-bandwidth bound
 #
@@ -654,10 +655,10 @@ assert products > measured  # the products alone are faster than the whole step
 # own bound moved by up to 1.8 times between repeats of one run. Closer still would
 # take kernels written by hand for the whole step, which this book leaves alone.
 #
-# The 85%-of-the-bound target that an earlier issue set for cached decoding is withdrawn:
-# on the virtual machines this book is built on, the bound itself moves too much between
-# runs (up to 1.8 times, as said above) for a fraction of it to be checked. The
-# measurement stays, as information about the machine and the code.
+# The fraction of the bound is therefore information about the machine and the code, not
+# a figure to check: on the virtual machines this book is built on, the bound itself moves
+# too much between runs (up to 1.8 times, as said above), and the assertion only asks
+# that decoding stay below it, up to timing noise.
 #
 # ## 7 · Against the libraries a user would pick instead
 #
@@ -816,11 +817,11 @@ def greedy_fns(ours: nn.Module, theirs: nn.Module, inputs: Tensor, new_tokens: i
 
 
 # %% [markdown]
-# The sizes of the issue that set the targets (vocabulary 2,000, $d_{\text{model}} = 256$,
+# Two sizes for the language models: a larger one (vocabulary 2,000, $d_{\text{model}} = 256$,
 # 8 heads, 4 layers, $d_{ff} = 1024$, dropout 0.1, 8 windows of 127 tokens), and chapter
 # 11's own (the shipped model: vocabulary 6,179, $d_{\text{model}} = 192$, 4 heads, 4
 # layers, $d_{ff} = 768$, no dropout, 16 windows of 128 characters). Generation: 64 new
-# tokens after a 16-token prompt for the language models (issue size), 32 after a
+# tokens after a 16-token prompt for the language models (the larger size), 32 after a
 # 20-token source for the translators (3 + 3 layers). Timed in wall-clock seconds on
 # the threads the machine gives (both sides use the same), three repeats each;
 # `tools/bench_peers.py` repeats more.
@@ -828,9 +829,9 @@ def greedy_fns(ours: nn.Module, theirs: nn.Module, inputs: Tensor, new_tokens: i
 # %%
 # NBVAL_IGNORE_OUTPUT
 HF_VERSION = hf_transformers_version()
-LM_SIZES = {"issue size": dict(vocab_size=2000, d_model=256, num_heads=8, num_layers=4, d_ff=1024, dropout=0.1),
+LM_SIZES = {"larger size": dict(vocab_size=2000, d_model=256, num_heads=8, num_layers=4, d_ff=1024, dropout=0.1),
             "chapter 11 size": dict(vocab_size=6179, d_model=192, num_heads=4, num_layers=4, d_ff=768, dropout=0.0)}
-LM_BATCHES = {"issue size": (8, 127), "chapter 11 size": (16, 128)}  # windows, tokens each
+LM_BATCHES = {"larger size": (8, 127), "chapter 11 size": (16, 128)}  # windows, tokens each
 peer_ratios: dict[str, float] = {}
 torch.set_num_threads(THREADS)
 if HF_VERSION is None:
@@ -849,7 +850,7 @@ else:
         ours_fn, theirs_fn = lm_train_step_fns(lm_ours, gpt2, windows)
         times = interleaved({"ours": ours_fn, "theirs": theirs_fn}, repeats=3, clock=time.perf_counter)
         peer_ratios[f"LM train step, {name}"] = times["ours"] / times["theirs"]
-    lm_ours, gpt2 = peer_language_models(**LM_SIZES["issue size"])
+    lm_ours, gpt2 = peer_language_models(**LM_SIZES["larger size"])
     translator_ours, marian = peer_translators()
     for batch_size in (1, 8):
         prompts = torch.randint(3, 2000, (batch_size, 16), generator=torch.Generator().manual_seed(1))
@@ -861,45 +862,40 @@ else:
         ours_fn, theirs_fn = greedy_fns(translator_ours, marian, sources, 32)
         times = interleaved({"ours": ours_fn, "theirs": theirs_fn}, repeats=3, clock=time.perf_counter)
         peer_ratios[f"translator generate, batch {batch_size}"] = times["ours"] / times["theirs"]
-    print(f"{'':32s} {'peer':22s} ours / peer  target")
+    print(f"{'':32s} {'peer':22s} ours / peer")
     for name, ratio in peer_ratios.items():
         peer = "GPT2LMHeadModel" if name.startswith("LM") else "MarianMTModel"
-        target = 0.85 if "train" in name else 0.80
-        print(f"{name:32s} {peer:22s} {ratio:11.2f}  <= {target:.2f} {'met' if ratio <= target else 'not met'}")
+        print(f"{name:32s} {peer:22s} {ratio:11.2f}")
 torch.set_num_threads(1)
 
 # %%
 if HF_VERSION is not None:  # guards a large regression only: single ratios move with the machine's
-    # load (make test runs this appendix alone; beside another chapter they went from 0.15 to 1.8)
+    # load (with another notebook running beside this one they went from 0.15 to 1.8)
     assert len(peer_ratios) == 6 and all(0.2 < ratio < 5.0 for ratio in peer_ratios.values()), peer_ratios
 
 # %% [markdown]
-# The targets we set ourselves, for `tools/bench_peers.py` on a quiet machine, are a
-# training step at most 0.85 times GPT-2's and generation at most 0.80 times Hugging
-# Face's. The figure below draws this run's ratios against them; the summary says where
-# the code stands and why.
+# A ratio below 1 means that ours is faster. The figure below draws this run's ratios; the
+# summary gives the ranges that `tools/bench_peers.py` measured over many runs, and where
+# the differences come from.
 #
 # ## 8 · Figures
 
 # %%
 #| fig-cap: The benchmarks of this appendix, as measured on the machine that ran it (they vary
 #|   between machines and runs): the package's model against `torch.nn.Transformer`
-#|   (ratio of CPU times, lower is faster, with the targets dashed), a training step's
-#|   FLOPs per second against the machine's matrix-multiply peak, and greedy decoding's
-#|   tokens per second against the memory-bandwidth bound.
+#|   (ratio of CPU times, lower is faster), a training step's FLOPs per second against the
+#|   machine's matrix-multiply peak, and greedy decoding's tokens per second against the
+#|   memory-bandwidth bound.
 #| fig-alt: Three bar charts. Left: the ratio of CPU time, ours over torch.nn.Transformer, for a
-#|   training step and an evaluation forward pass, with a black line at 1 (as fast) and
-#|   red dashed lines at the targets 0.95 and 0.90. Middle: GFLOP/s of the machine's GEMM
-#|   peak (grey) and of the training step (blue), whose ratio, the MFU, is in the title.
+#|   training step and an evaluation forward pass, with a black line at 1 (as fast). Middle:
+#|   GFLOP/s of the machine's GEMM peak (grey) and of the training step (blue), whose ratio,
+#|   the MFU, is in the title.
 #|   Right: tokens per second of greedy decoding at batch 1, the memory-bandwidth bound
 #|   (grey) and the measured rate (green), their ratio in the title.
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
 names = list(ratios)
 axes[0].bar(names, [ratios[n] for n in names], color=["C0", "C1"])
 axes[0].axhline(1.0, color="k", lw=1)
-for target, name in ((0.95, "train step"), (0.90, "eval forward")):
-    i = names.index(name)
-    axes[0].plot([i - 0.4, i + 0.4], [target, target], "r--", lw=1)
 axes[0].set(title="ours / torch.nn.Transformer (CPU time)", ylabel="ratio (lower is faster)")
 axes[1].bar(["GEMM peak", "training step"], [peak / 1e9, step_flops / train["ours"] / 1e9],
             color=["0.6", "C0"])
@@ -913,21 +909,17 @@ plt.show()
 # %%
 #| fig-cap: The package's models against Hugging Face's at equal sizes, as measured on the
 #|   machine that ran this page (ratio of wall times, lower is faster; they vary between
-#|   machines and runs), with the targets dashed.
+#|   machines and runs).
 #| fig-alt: A horizontal bar chart with six bars, the ratio of wall time ours over Hugging Face's
 #|   for the language model's training step at two sizes (against GPT-2) and greedy
 #|   generation at batch 1 and 8 for the language model (against GPT-2) and the translator
-#|   (against Marian); a black line at 1 (as fast) and red dashed marks at the targets,
-#|   0.85 for training and 0.80 for generation.
+#|   (against Marian), and a black line at 1 (as fast).
 if peer_ratios:
     fig, ax = plt.subplots(figsize=(9, 3.4))
     peer_names = list(peer_ratios)
     ax.barh(peer_names, [peer_ratios[n] for n in peer_names],
             color=["C0" if "train" in n else "C2" if n.startswith("LM") else "C1" for n in peer_names])
     ax.axvline(1.0, color="k", lw=1)
-    for i, n in enumerate(peer_names):
-        target = 0.85 if "train" in n else 0.80
-        ax.plot([target, target], [i - 0.4, i + 0.4], "r--", lw=1)
     ax.invert_yaxis()
     ax.set(xlabel="ours / Hugging Face (wall time; lower is faster)",
            title=f"against transformers {HF_VERSION} (GPT-2, Marian)")
@@ -956,29 +948,31 @@ else:
 #   chapter 11's own size and 0.85 to 0.91 at the larger size with dropout; greedy
 #   generation 0.71 to 0.80 (batch 1) and 0.78 to 0.81 (batch 8) against GPT-2, 0.69 to
 #   0.77 (batch 1) and 0.77 to 0.83 (batch 8) for the translator against Marian; eval
-#   forward 0.82 to 0.92 against `torch.nn.Transformer` (0.84 to 1.03 before our encoder
-#   skipped the padding). Each target (0.85 for the training step, 0.80 for generation,
-#   0.90 for the eval forward) is met in some runs and missed in others: the distance to
-#   it is smaller than the spread between runs. This page's own run in section 7, three
-#   repeats each, moves further from run to run than these medians of five rounds.
-# * What moved them. The language model's loss no longer builds its logits: chapter 11's
-#   `linear_cross_entropy` takes the cross-entropy and its gradients 128 positions at a
-#   time, and at chapter 11's size, where the [16, 128, 6179] logits are the largest
-#   tensor of a step, the step went from even with GPT-2 to about 0.88 of it. Generation
-#   leaves out masks that hide nothing (a source without padding, a step without padded
-#   keys) and runs its loop under `torch.inference_mode` (chapter 10): the translator went
-#   from 0.86 and 0.85 to 0.74 and 0.80 of Marian.
+#   forward 0.82 to 0.92 against `torch.nn.Transformer` (0.84 to 1.03 with an encoder
+#   that computes the padding too). Ours was faster in every comparison; the ranges show
+#   how far single runs spread, by up to 0.10 (0.85 to 0.95) for one comparison. This
+#   page's own run in section 7, three repeats each, moves further from run to run than
+#   these medians of five rounds.
+# * Where the differences come from. The language model's loss never builds its logits:
+#   chapter 11's `linear_cross_entropy` takes the cross-entropy and its gradients 128
+#   positions at a time, and at chapter 11's size, where the [16, 128, 6179] logits are the
+#   largest tensor of a step, a loss that builds them makes the step even with GPT-2's;
+#   without them it takes about 0.88 of GPT-2's time. Generation leaves out masks that
+#   hide nothing (a source without padding, a step without padded keys) and runs its loop
+#   under `torch.inference_mode` (chapter 10): without these the translator took 0.86 and
+#   0.85 of Marian's time, with them 0.74 and 0.80.
 # * Padding. In eval mode `torch.nn.Transformer`'s encoder computes the real source
 #   positions only (nested tensors), and ours computed every position, a quarter of them
 #   padding in this batch: in a profile, our matrix multiplies did a quarter more work in
-#   the encoder. Chapter 07's encoder now does the same as PyTorch's (the position-wise
-#   layers on the real rows packed together, attention on the grid), and our eval forward
-#   went from 0.84 to 1.03 of PyTorch's to 0.82 to 0.92.
+#   the encoder. Chapter 07's encoder does the same as PyTorch's (the position-wise
+#   layers on the real rows packed together, attention on the grid), which takes our eval
+#   forward from 0.84 to 1.03 of PyTorch's time to 0.82 to 0.92.
 # * Dropout. PyTorch draws a dropout mask on the CPU with `bernoulli_`, a random number per
-#   entry, and at the issue's size that was the biggest difference between the two steps
+#   entry, and at the larger size that was the biggest difference between the two steps
 #   (17 masks a step in ours, 13 in GPT-2's, which has no dropout inside the feed-forward
 #   layer). Chapter 02's `dropout`, which every layer of the book uses, draws 16 random
 #   bits per entry, four from each 64-bit number: on a million entries 2.8 ms against
-#   12 ms, and our step went from 1.14 to 1.20 times GPT-2's to 0.85 to 0.91 (0.78 to 0.84
-#   with GPT-2's placement of dropout). The rest of the step is the same matrix multiplies
-#   on both sides, and `torch.compile` of the whole step gave nothing on this CPU.
+#   12 ms, and it takes our step from 1.14 to 1.20 times GPT-2's to 0.85 to 0.91 (0.78 to
+#   0.84 with GPT-2's placement of dropout). The rest of the step is the same matrix
+#   multiplies on both sides, and `torch.compile` of the whole step gave nothing on this
+#   CPU.
