@@ -460,7 +460,8 @@ assert torch.allclose(patched[0, :2], torch.full((2, 4), 0.25))  # uniform over 
 #    $e^{m - s}$ underflows to exactly 0: the weights are identical to the $-\infty$
 #    version. If nothing is visible, every entry is $m$, and the softmax of equal finite
 #    numbers is a uniform row, not NaN. (The number is written over the score, never
-#    added to it: $m$ plus a negative score would overflow to $-\infty$.)
+#    added to it: in float16, $-65504$ plus any score of $-16$ or less overflows to
+#    $-\infty$.)
 # 2. Masking the weights after the softmax turns that uniform row into zeros. So an
 #    empty row gives **zero weights and a zero output**, and since that output no longer
 #    depends on anything, zero gradient.
@@ -781,7 +782,10 @@ print("ex2 passed")
 # the most negative **finite** number of `dtype` where False (no `inf` anywhere). The
 # check looks at the values in float32, float64 and float16, then adds the mask to scores
 # and compares the softmax with `scaled_dot_product_attention`'s weights (float32 and
-# float64), on rows that see at least one key.
+# float64), on rows that see at least one key. (Added to a score of $-16$ or less in
+# float16, that number overflows to $-\infty$, as section 6 says: harmless in a row that
+# sees a key, NaN in a row that sees none. That is why our function writes it over the
+# scores instead.)
 
 # %%
 def additive_mask(mask, dtype):

@@ -1127,7 +1127,10 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 # the gradient → Adam step → next learning rate. After each pass over the training set
 # (an *epoch*) we measure the same loss on the validation set, in eval mode (no dropout),
 # to see whether the model learns the language or only memorises its training
-# sentences. A `tqdm` progress bar shows how far along training is.
+# sentences. A `tqdm` progress bar counts the updates as they are taken. It can show a
+# total only when `fit` knows the number of batches ahead (a list of batches); `train`,
+# below, reshuffles every epoch through a function of the epoch, so in section 9 the bar
+# shows the count of steps and their rate, with no total.
 #
 # We write the loop once, for any model and any data, because later chapters reuse it:
 # chapter 11 trains a decoder-only language model with it, chapter 12 spreads it over
@@ -1964,7 +1967,11 @@ if shipped_before is not None and not SAVE_SHIPPED:
         "should agree within two points")
 
 # %% [markdown]
-# ## 10 · Shape trace: one training step on the running example
+# ## 10 · Shape trace: a forward pass and its loss on the running example
+#
+# No update is taken here: the trained model reads the running example once, in eval
+# mode and without gradients, and we print the shape of every tensor a training step
+# would compute up to its loss, then the words it predicts.
 
 # %%
 src = torch.tensor([src_vocab.encode("I love apples")])  # [1, 5]
@@ -2139,9 +2146,10 @@ print("ex2 passed")
 
 # %% [markdown]
 # ### Exercise 3 · A modern schedule: linear warm-up, cosine decay
-# Many models today keep the warm-up but replace $1/\sqrt{s}$ with a cosine decay to 0
+# Many models today keep the warm-up but replace $1/\sqrt{s}$ with a cosine decay
 # (the cosine comes from Loshchilov & Hutter 2017, *SGDR*; GPT-3 and LLaMA, for example,
-# warm up linearly and then decay along a cosine).
+# warm up linearly and then decay along a cosine, to a tenth of the peak, as chapter 11
+# does). Here the decay goes to 0.
 # Write `warmup_cosine_lr(step, peak, warmup, total)`: for $1 \le s \le$ `warmup` it is
 # `peak * s / warmup`; for `warmup` $< s \le$ `total` it is
 # $\tfrac{\text{peak}}{2}\big(1 + \cos(\pi\,\frac{s - \text{warmup}}{\text{total} - \text{warmup}})\big)$;

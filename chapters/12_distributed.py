@@ -66,8 +66,8 @@ _ = atexit.register(shutil.rmtree, WORK, ignore_errors=True)  # and it goes when
 # %%
 params, tokens_per_step, steps = 65e6, 25_000, 100_000
 flops_per_step = 6 * params * tokens_per_step
-# What a training step achieves here: appendix 14 measures 59.5 GFLOP per second of one
-# core on the paper's model (a third of the matrix-multiply peak); this machine has 2 cores.
+# What a training step achieves here: we assume 59.5 GFLOP per second of one core, of the
+# order of what appendix 14 (section 5) measures for a training step; this machine has 2 cores.
 cpu_flops = 2 * 59.5e9
 print(f"one step: {flops_per_step:.2e} FLOPs; at {cpu_flops / 1e9:.0f} GFLOP/s: "
       f"{flops_per_step / cpu_flops / 60:.1f} minutes")
@@ -806,8 +806,9 @@ def language_model_task(cfg: dict, procs: Processes) -> Task:
 
 def make_adamw(model: torch.nn.Module, lr: float, warmup: int, steps: int, weight_decay: float = 0.1
                ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with a linear warm-up to lr and a cosine decay to lr / 10 at `steps`: the usual
-    optimizer of language models since GPT-2 (chapter 09's Adam and schedule are the paper's).
+    """AdamW (betas 0.9, 0.95) with a linear warm-up to lr and a cosine decay to lr / 10 at
+    `steps`: GPT-3's recipe (Brown et al. 2020), which many language models have kept
+    (chapter 09's Adam and schedule are the paper's).
 
     Weight decay applies to the matrices (embeddings and projections), not to biases and norms.
 
@@ -1360,8 +1361,8 @@ assert valid_gap < 0.1 * fp32["valid_loss"] and step_gap < 0.2  # a few percent 
 #|   bfloat16 autocast, from the same weights and batches: the two loss curves nearly
 #|   coincide.
 #| fig-alt: Two training-loss curves over 60 steps, fp32 in blue and bf16 in orange, both
-#|   falling from about 4.6 to about 1.85 and lying almost on top of each other; the
-#|   legend gives validation losses of 1.66 and 1.63.
+#|   falling from about 4.6 to below 2 and lying almost on top of each other; the legend
+#|   gives each run's validation loss.
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for name, run in curves.items():
     ax.plot(run["step"], run["loss"], label=f"{name} (validation {run['valid_loss']:.2f})")
@@ -1373,11 +1374,11 @@ plt.show()
 
 # %% [markdown]
 # The curves nearly lie on each other. bfloat16's short mantissa rounds every product,
-# but the weights, their updates and the loss stay float32. In the run above, while the
-# loss fell from 4.6 to about 1.85, the two curves were never more than 0.11 apart, and
-# the validation losses (computed in float32 from each run's weights) differed by 0.02,
-# 1.5%: the two runs took slightly different paths down a steep slope, which is the size
-# of difference a different seed makes too (each rerun prints slightly different gaps).
+# but the weights, their updates and the loss stay float32. While the loss fell from 4.6
+# to below 2, the two curves stayed close (the check asks for less than 0.2 apart at every
+# step) and so did the validation losses, computed in float32 from each run's weights
+# (less than a tenth of the loss apart). The gaps are printed above, and each rerun prints
+# slightly different ones: the two runs took slightly different paths down a steep slope.
 # On this CPU bfloat16 was slower, not faster (the seconds above: autocast converts the
 # weights at every step, and the CPU has no bfloat16 matrix units); on a GPU with tensor
 # cores it is several times faster. What to take from this cell is the loss, not the time.
@@ -1507,8 +1508,8 @@ assert math.exp(lm_metrics["valid_loss"]) < 0.5 * len(lm_vocab)  # it learned: f
 # %% [markdown]
 # Forty updates of a small model only check that the path works: its validation
 # perplexity (846 in the run above) is far below a uniform guess over the 6,177 tokens a
-# model may write, and far above chapter 11's bigram (about 210). The real run is the one
-# `transformer/configs/lm.toml` describes.
+# model may write, and far above chapter 11's bigram (219.5 on the validation split).
+# The real run is the one `transformer/configs/lm.toml` describes.
 #
 # ## 7 · What we can do now, and what is still missing
 #
@@ -1749,7 +1750,7 @@ print("ex4 passed")
 #   (and `--nnodes`, `--node_rank`, `--rdzv_endpoint` across machines) runs N, with gloo on
 #   CPUs and nccl on GPUs. Rank 0 alone logs and saves.
 # - Measured here: 1 process × 16 sentences and 2 processes × 8 agree to about
-#   $10^{-6}$ after 6 steps (1.1e-06 in the runs above), as do 2 micro-batches and one
+#   $10^{-6}$ after 6 steps (the differences are printed above), as do 2 micro-batches and one
 #   batch (the attention key biases, whose true gradient is zero, excepted); a run killed
 #   and resumed ends **bit for bit** like one that never stopped.
 # - A **resume checkpoint** holds the weights, the optimizer, the schedule, the step,

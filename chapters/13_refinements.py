@@ -72,7 +72,7 @@ torch.set_num_threads(1)  # as in chapter 11: trained weights depend on the seed
 #
 # We rebuild chapter 11's data exactly (the same corpus, split, vocabulary and streams)
 # and train a small copy of its model for a short, fixed budget: 2 blocks of width 64,
-# 80 updates of 16 windows of 64 characters, about 12 seconds of CPU. That is *early
+# 80 updates of 16 windows of 64 characters, about ten seconds of CPU. That is *early
 # training* of a *small* model (chapter 11 shipped one three times as wide, trained for
 # 1,300 updates of twice as many characters): enough to show the weaknesses of the 2017
 # design, which the sections up to 5 then cure and check on this model, but not to judge
@@ -92,7 +92,7 @@ print(f"{len(vocab):,} tokens; streams: " + ", ".join(f"{k} {len(v):,}" for k, v
 
 
 def warmup_cosine(step: int) -> float:
-    """Chapter 11's schedule: linear warm-up, cosine decay to 0 at STEPS."""
+    """Linear warm-up, cosine decay to 0 at STEPS (chapter 11's schedule stops at a tenth of the peak)."""
     return min(1.0, (step + 1) / WARMUP) * 0.5 * (1.0 + math.cos(math.pi * step / STEPS))
 
 

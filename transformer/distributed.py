@@ -653,8 +653,9 @@ def language_model_task(cfg: dict, procs: Processes) -> Task:
 
 def make_adamw(model: torch.nn.Module, lr: float, warmup: int, steps: int, weight_decay: float = 0.1
                ) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW with a linear warm-up to lr and a cosine decay to lr / 10 at `steps`: the usual
-    optimizer of language models since GPT-2 (chapter 09's Adam and schedule are the paper's).
+    """AdamW (betas 0.9, 0.95) with a linear warm-up to lr and a cosine decay to lr / 10 at
+    `steps`: GPT-3's recipe (Brown et al. 2020), which many language models have kept
+    (chapter 09's Adam and schedule are the paper's).
 
     Weight decay applies to the matrices (embeddings and projections), not to biases and norms.
 

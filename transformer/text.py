@@ -393,10 +393,11 @@ VERSE_LINE = re.compile(r"([\u4e00-\u9fff]+)，([\u4e00-\u9fff]+)[。？！]")
 
 
 def verse_form(line: str) -> int | None:
-    """5 or 7 if line is a regulated couplet (two halves of 5, or of 7, characters), else None.
+    """5 or 7 if line is in form (two halves of 5, or of 7, characters), else None.
 
     The form: n Chinese characters, a full-width comma, n more, and a full stop,
-    question mark or exclamation mark (。？！), nothing else; n is 5 or 7.
+    question mark or exclamation mark (。？！), nothing else; n is 5 or 7. Only length
+    and punctuation are checked, not the tones, rhyme or parallelism of regulated verse.
 
     Args:
         line: one line of text, without its newline.
@@ -413,7 +414,7 @@ def verse_form(line: str) -> int | None:
 
 
 def verse_form_share(lines: Iterable[str]) -> float:
-    """The share of lines that are regulated couplets (see verse_form).
+    """The share of lines that are in form (see verse_form).
 
     Args:
         lines: lines of text.
