@@ -285,23 +285,26 @@ class SingleHeadSelfAttention(nn.Module):
 
     Args:
         d_model: size of the input vectors, > 0.
-        d_k: size of queries, keys and values, > 0 (default d_model).
+        d_k: size of queries and keys, > 0 (default d_model).
+        d_v: size of values, and so of the output, > 0 (default d_k).
         bias: give the three projections a bias (default True).
 
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None, bias: bool = True):
+    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None, bias: bool = True):
         super().__init__()
         d_k = d_model if d_k is None else d_k
+        d_v = d_k if d_v is None else d_v
         _check_int("d_model", d_model)
         _check_int("d_k", d_k)
+        _check_int("d_v", d_v)
         _check_bool("bias", bias)
-        self.d_model, self.d_k = d_model, d_k
+        self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.q_proj = nn.Linear(d_model, d_k, bias=bias)  # W_Q: what each position looks for
         self.k_proj = nn.Linear(d_model, d_k, bias=bias)  # W_K: what each position offers
-        self.v_proj = nn.Linear(d_model, d_k, bias=bias)  # W_V: what each position hands over
+        self.v_proj = nn.Linear(d_model, d_v, bias=bias)  # W_V: what each position hands over
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Attend from every position of x to every position it may see.
@@ -313,7 +316,7 @@ class SingleHeadSelfAttention(nn.Module):
                 chapter 04 builds them.
 
         Returns:
-            output [batch, seq, d_k] and weights [batch, seq, seq].
+            output [batch, seq, d_v] and weights [batch, seq, seq].
 
         Raises:
             ValueError: x or mask has the wrong shape.
@@ -344,6 +347,19 @@ print(f"q, k, v  {tuple(q.shape)}    [B, T, d_k]")
 print(f"scores   {tuple(scores.shape)}    [B, T, T]   = q @ k^T / sqrt(d_k)")
 print(f"weights  {tuple(weights.shape)}    [B, T, T]   softmax over the last axis (the keys)")
 print(f"output   {tuple(out.shape)}    [B, T, d_k] = weights @ v")
+
+# %% [markdown]
+# Only queries and keys must share a size: they meet in a dot product. The values are
+# only averaged, so their size $d_v$ is free, and it is the size of the output. The paper
+# takes $d_v = d_k$ (64 in every head); a head with $d_v = 3$ reads the same weights and
+# hands over less:
+
+# %%
+narrow = SingleHeadSelfAttention(d_model, d_k=8, d_v=3)
+with torch.no_grad():
+    out_narrow, weights_narrow = narrow(x)
+print(f"d_k = 8, d_v = 3: weights {tuple(weights_narrow.shape)}, output {tuple(out_narrow.shape)}   [B, T, d_v]")
+assert out_narrow.shape == (1, 5, 3) and weights_narrow.shape == (1, 5, 5)
 
 # %% [markdown]
 # Row $i$ of the weights is how position $i$ spreads its attention over the five tokens:

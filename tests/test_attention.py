@@ -232,6 +232,10 @@ def test_single_head_matches_formula_and_shapes():
     expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), -1) @ v
     torch.testing.assert_close(out, expected)
     assert SingleHeadSelfAttention(6).v_proj.out_features == 6  # d_k defaults to d_model
+    head = SingleHeadSelfAttention(6, d_k=4, d_v=3)  # values need not be the size of keys
+    out, weights = head(torch.randn(2, 5, 6))
+    assert out.shape == (2, 5, 3) and weights.shape == (2, 5, 5) and head.k_proj.out_features == 4
+    assert SingleHeadSelfAttention(6, d_k=4).v_proj.out_features == 4  # d_v defaults to d_k
     assert SingleHeadSelfAttention(6, bias=False).q_proj.bias is None
 
 
@@ -317,7 +321,8 @@ def test_incompatible_qkv_are_refused(shapes, message):
 
 
 @pytest.mark.parametrize("kwargs", [dict(d_model=0), dict(d_model=-3), dict(d_model=4.0),
-                                    dict(d_model=True), dict(d_model=4, d_k=0)])
+                                    dict(d_model=True), dict(d_model=4, d_k=0), dict(d_model=4, d_v=0),
+                                    dict(d_model=4, d_v=2.0)])
 def test_single_head_bad_sizes(kwargs):
     with pytest.raises(ValueError, match="must be a positive integer"):
         SingleHeadSelfAttention(**kwargs)

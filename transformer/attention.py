@@ -123,7 +123,8 @@ class SingleHeadSelfAttention(nn.Module):
 
     Args:
         d_model: size of the input vectors, > 0.
-        d_k: size of queries, keys and values, > 0 (default d_model).
+        d_k: size of queries and keys, > 0 (default d_model).
+        d_v: size of values, and so of the output, > 0 (default d_k).
         bias: give the three projections a bias (default True).
 
     Raises:
@@ -132,16 +133,18 @@ class SingleHeadSelfAttention(nn.Module):
     Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
     """
 
-    def __init__(self, d_model: int, d_k: int | None = None, bias: bool = True):
+    def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None, bias: bool = True):
         super().__init__()
         d_k = d_model if d_k is None else d_k
+        d_v = d_k if d_v is None else d_v
         _check_int("d_model", d_model)
         _check_int("d_k", d_k)
+        _check_int("d_v", d_v)
         _check_bool("bias", bias)
-        self.d_model, self.d_k = d_model, d_k
+        self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.q_proj = nn.Linear(d_model, d_k, bias=bias)  # W_Q: what each position looks for
         self.k_proj = nn.Linear(d_model, d_k, bias=bias)  # W_K: what each position offers
-        self.v_proj = nn.Linear(d_model, d_k, bias=bias)  # W_V: what each position hands over
+        self.v_proj = nn.Linear(d_model, d_v, bias=bias)  # W_V: what each position hands over
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Attend from every position of x to every position it may see.
@@ -153,7 +156,7 @@ class SingleHeadSelfAttention(nn.Module):
                 chapter 04 builds them.
 
         Returns:
-            output [batch, seq, d_k] and weights [batch, seq, seq].
+            output [batch, seq, d_v] and weights [batch, seq, seq].
 
         Raises:
             ValueError: x or mask has the wrong shape.
