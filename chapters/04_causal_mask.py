@@ -649,80 +649,54 @@ for name, call in bad_calls.items():
 # lengths and data types): write what the text asks for, not what fits the messages.
 
 # %% [markdown]
-# ### Exercise 1 · The causal mask by comparison
-# Write `causal_by_hand(size)` returning a bool tensor `[size, size]` with True where key
-# $j$ may be attended by query $i$ ($j \le i$), **without** `torch.tril`, `torch.triu`
-# or our `causal_mask` (they raise while the check runs your function): compare two
-# `torch.arange` vectors with broadcasting. The check compares with `causal_mask` for
-# sizes 1 to 7.
+# ### Exercise 1 · A sliding-window causal mask
+# Some language models (Longformer, Mistral) let each position read only the most recent
+# keys: query $i$ may attend to key $j$ when $j \le i$ **and** $i - j <$ `window`, so it
+# sees itself and the `window - 1` keys before it. Write `sliding_window_mask(size,
+# window)` returning a bool tensor `[size, size]` (query axis first) with True exactly
+# there. A window of 1 lets each position see only itself; a window of `size` or more is
+# the causal mask of this chapter. The check compares with masks it builds itself, for
+# several sizes and windows.
 
 # %%
-def causal_by_hand(size):
-    """[size, size] bool: True where key j <= query i."""
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
     ### BEGIN SOLUTION
     i = torch.arange(size)[:, None]  # [size, 1]: query positions
     j = torch.arange(size)[None, :]  # [1, size]: key positions
-    return j <= i
+    return (j <= i) & (i - j < window)
     ### END SOLUTION
 
 
 # %%
 #| check ex1-causal
-import contextlib
-
 import transformer.masks as _masks
 
-_causal = _masks.causal_mask  # the exported function, as the check's reference
 
-
-class _NoTriangles(torch.overrides.TorchFunctionMode):
-    """While your function runs, torch's triangle functions raise (the exercise forbids them)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", str(func))
-        if name.startswith(("tril", "triu")):
-            raise AssertionError(f"exercise 1 asks for the mask by comparing two arange vectors; "
-                                 f"your function called {name}")
-        return func(*args, **(kwargs or {}))
-
-
-def _refuse_causal_mask(*args, **kwargs):
-    raise AssertionError("exercise 1 asks for the mask by comparing two arange vectors; your "
-                         "function called causal_mask")
-
-
-@contextlib.contextmanager
-def _forbidden():
-    """torch.tril & co. raise, and so does causal_mask, the notebook's and the package's."""
-    saved = globals().get("causal_mask"), _masks.causal_mask
-    globals()["causal_mask"] = _masks.causal_mask = _refuse_causal_mask
-    try:
-        with _NoTriangles():
-            yield
-    finally:
-        globals()["causal_mask"], _masks.causal_mask = saved
-
-
-def _check_causal(n):
-    with _forbidden():
-        m = causal_by_hand(n)
+def _check_window(n, window):
+    m = sliding_window_mask(n, window)
     assert isinstance(m, torch.Tensor), f"expected a tensor, got {type(m).__name__}"
     assert m.dtype == torch.bool, (
-        f"size {n}: expected a bool tensor (True = may attend), got dtype {m.dtype}")
-    assert m.shape == (n, n), f"size {n}: expected shape ({n}, {n}), got {tuple(m.shape)}"
-    want = _causal(n)[0, 0]
+        f"size {n}, window {window}: expected a bool tensor (True = may attend), got dtype {m.dtype}")
+    assert m.shape == (n, n), f"size {n}, window {window}: expected shape ({n}, {n}), got {tuple(m.shape)}"
+    causal = _masks.causal_mask(n)[0, 0]  # [n, n]: key j <= query i
+    band = torch.ones(n, n, dtype=torch.bool).tril(-window) == 0  # i - j < window
+    want = causal & band
     if not torch.equal(m, want):
         i, j = (m != want).nonzero()[0].tolist()
+        why = ("a key after the query is the future" if j > i else
+               f"key {j} is {i - j} positions back, {'inside' if i - j < window else 'outside'} "
+               f"a window of {window} (the query itself counts as one)")
         raise AssertionError(
-            f"size {n}: query {i} {'may' if want[i, j] else 'may not'} attend to key {j} "
-            f"(True exactly where j <= i, diagonal included), but your mask says {bool(m[i, j])}")
+            f"size {n}, window {window}: query {i} {'may' if want[i, j] else 'may not'} attend to "
+            f"key {j} ({why}), but your mask says {bool(m[i, j])}")
 
 
-for _n in range(1, 8):
-    _check_causal(_n)
+for _n, _w in ((5, 2), (6, 3), (4, 1), (4, 4)):
+    _check_window(_n, _w)
 ### BEGIN HIDDEN TESTS
-for _n in (9, 16, 33):
-    _check_causal(_n)
+for _n, _w in ((1, 1), (7, 10), (9, 5), (16, 4)):
+    _check_window(_n, _w)
 ### END HIDDEN TESTS
 print("ex1 passed")
 

@@ -7,36 +7,51 @@ the whole source of the exercise's solution cell, as a student would return it.
 
 NEAR_MISSES = {
     "ex1-causal": {
-        "uses < instead of <= (the diagonal is masked: a token cannot read itself)": '''
-def causal_by_hand(size):
-    """[size, size] bool: True where key j <= query i."""
+        "the window counted one too wide (i - j <= window)": '''
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
     i = torch.arange(size)[:, None]
     j = torch.arange(size)[None, :]
-    return j < i
+    return (j <= i) & (i - j <= window)
 ''',
-        "query and key axes swapped (the upper triangle: only the future is visible)": '''
-def causal_by_hand(size):
-    """[size, size] bool: True where key j <= query i."""
+        "a symmetric band: the future inside the window is visible too": '''
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
+    i = torch.arange(size)[:, None]
+    j = torch.arange(size)[None, :]
+    return (i - j).abs() < window
+''',
+        "uses < instead of <= (the query cannot read itself)": '''
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
+    i = torch.arange(size)[:, None]
+    j = torch.arange(size)[None, :]
+    return (j < i) & (i - j < window)
+''',
+        "query and key axes swapped (the window looks forward)": '''
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
     i = torch.arange(size)[None, :]
     j = torch.arange(size)[:, None]
-    return j <= i
+    return (j <= i) & (i - j < window)
+''',
+        "ignores the window: the plain causal mask": '''
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
+    return causal_mask(size)[0, 0]
 ''',
         "returns a 0/1 float mask instead of a bool one": '''
-def causal_by_hand(size):
-    """[size, size] bool: True where key j <= query i."""
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
     i = torch.arange(size)[:, None]
     j = torch.arange(size)[None, :]
-    return (j <= i).float()
+    return ((j <= i) & (i - j < window)).float()
 ''',
-        "torch.tril on a square of ones, which the exercise forbids": '''
-def causal_by_hand(size):
-    """[size, size] bool: True where key j <= query i."""
-    return torch.ones(size, size, dtype=torch.bool).tril()
-''',
-        "our causal_mask, which the exercise forbids": '''
-def causal_by_hand(size):
-    """[size, size] bool: True where key j <= query i."""
-    return causal_mask(size)[0, 0]
+        "triu with the wrong diagonal offset (window + 1 keys)": '''
+def sliding_window_mask(size, window):
+    """[size, size] bool: True where key j may be read by query i (i - window < j <= i)."""
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return ones.tril() & ones.triu(-window)
 ''',
     },
     "ex2-lengths": {
