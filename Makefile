@@ -67,39 +67,39 @@ $(STAMP): requirements-dev.txt requirements-overrides.txt pyproject.toml
 	@sh tools/find_python.sh --check $(PYTHON)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@sh tools/find_python.sh --check $(PY)
-	$(PY) tools/install.py --uv-override requirements-overrides.txt -r requirements-dev.txt
-	$(PY) tools/install.py --no-deps -e .
+	$(PY) -m tools.install --uv-override requirements-overrides.txt -r requirements-dev.txt
+	$(PY) -m tools.install --no-deps -e .
 	touch $(STAMP)
 
 export: $(STAMP)
-	$(PY) tools/export.py
+	$(PY) -m tools.export
 
 # jupytext keeps the nbgrader metadata of the cells it matches; stamping gives new or
 # changed cells theirs (and rewrites a pair's header if the kernelspec changed).
 sync: $(STAMP)
 	$(VENV)/bin/jupytext --sync chapters/*.ipynb
-	$(PY) tools/exercises.py stamp
+	$(PY) -m tools.exercises stamp
 
 stamp: $(STAMP)
-	$(PY) tools/exercises.py stamp
+	$(PY) -m tools.exercises stamp
 
 # The last line: the Chinese edition is current (tools/i18n.py; about a second).
 check-sync: $(STAMP)
-	$(PY) tools/export.py --check
-	$(PY) tools/pairs.py --check
-	$(PY) tools/exercises.py stamp --check
-	$(PY) tools/i18n.py check
+	$(PY) -m tools.export --check
+	$(PY) -m tools.pairs --check
+	$(PY) -m tools.exercises stamp --check
+	$(PY) -m tools.i18n check
 
 # The Chinese edition: the notebooks of the chapters in it (tools/i18n.py), _build/zh/chapters/,
 # and their site, _build/zh/html/, each page linked to its English twin when _build/html/ has it.
 zh: $(STAMP)
-	$(PY) tools/website.py --language zh
+	$(PY) -m tools.website --language zh
 
 # ruff; mypy on the package; mypy and pyright (standard mode) on the README's programmer section.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy transformer
-	$(PY) tools/readme_code.py _build/lint/readme_code.py
+	$(PY) -m tools.readme_code _build/lint/readme_code.py
 	$(VENV)/bin/mypy _build/lint/readme_code.py
 	$(VENV)/bin/pyright --pythonpath $(PY) _build/lint/readme_code.py
 
@@ -123,7 +123,7 @@ quick: check-sync lint unit
 # nbval's comparison with the committed outputs, the exercise proof and nbgrader's
 # grading all use that one run (tools/chapter_test.py says how).
 chapters: $(STAMP)
-	$(PY) tools/chapter_test.py $(NB) --jobs $(JOBS)
+	$(PY) -m tools.chapter_test $(NB) --jobs $(JOBS)
 
 # nbval the classic way, each chapter in a kernel of nbval's own (make test uses `chapters`).
 nbval: $(STAMP)
@@ -132,13 +132,13 @@ nbval: $(STAMP)
 		-o addopts="" -rs
 
 exercises: $(STAMP)
-	$(PY) tools/exercises.py verify $(NB)
+	$(PY) -m tools.exercises verify $(NB)
 
 # nbgrader, as a teacher runs it, over every chapter (tools/chapter_test.py), and the
 # grading guard inside nbgrader (tests/test_nbgrader.py).
 nbgrader: $(STAMP)
 	$(PY) -m pytest tests/test_nbgrader.py -p no:cacheprovider -rs
-	$(PY) tools/chapter_test.py $(NB) --jobs $(JOBS)
+	$(PY) -m tools.chapter_test $(NB) --jobs $(JOBS)
 
 # Everything CI checks, stage by stage, each stage timed (tools/stage.sh). With NB=...,
 # one chapter end to end: the sync check, then its run, compared, proven and graded.
@@ -163,12 +163,12 @@ endif
 		END { printf "   %-10s %6.0f s with %s jobs\n", "make test", now - start, ENVIRON["JOBS"] }' $(STAGES)
 
 execute: $(STAMP)
-	$(PY) tools/execute.py $(NB)
+	$(PY) -m tools.execute $(NB)
 
 # Retrain the shipped translator by running chapter 09 with saving switched on
 # (a plain run of the chapter trains and checks, but leaves the shipped file alone).
 checkpoint: $(STAMP)
-	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) tools/execute.py chapters/09_training.py
+	TRANSFORMER_SAVE_CHECKPOINT=1 $(PY) -m tools.execute chapters/09_training.py
 
 # Retrain the language model that chapter 11 loads: chapter 12's train command on
 # transformer/configs/lm.toml (about 11 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the
@@ -183,21 +183,21 @@ lm-checkpoint: $(STAMP)
 # with chapter 12's train command on transformer/configs/refinements.toml, JOBS runs at a
 # time on one thread each; the results go to transformer/checkpoints/refinements.json.
 refinements: $(STAMP)
-	$(PY) tools/refinement_runs.py --jobs $(JOBS)
+	$(PY) -m tools.refinement_runs --jobs $(JOBS)
 
 # The website (Sphinx + MyST-NB, config in book/): `book` runs every chapter first,
 # `site` renders the committed outputs. Open _build/html/index.html.
 book: $(STAMP)
-	$(PY) tools/book.py
+	$(PY) -m tools.book
 
 # EDITION=student: the site without solutions or hidden tests, into _build/student/html/.
 site: $(STAMP)
-	$(PY) tools/website.py $(if $(EDITION),--edition $(EDITION))
+	$(PY) -m tools.website $(if $(EDITION),--edition $(EDITION))
 
 # The whole book as one PDF, printed by the system's Chromium from the site (tools/pdf.py):
 # _build/book.pdf, or _build/book-student.pdf with EDITION=student.
 pdf: $(STAMP)
-	$(PY) tools/pdf.py $(if $(EDITION),--edition $(EDITION))
+	$(PY) -m tools.pdf $(if $(EDITION),--edition $(EDITION))
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP)
@@ -205,23 +205,23 @@ lab: $(STAMP)
 
 # Never overwrites a copy a student has edited, unless FORCE=1.
 student: $(STAMP)
-	$(PY) tools/exercises.py student $(if $(FORCE),--force)
+	$(PY) -m tools.exercises student $(if $(FORCE),--force)
 
 # NB: a returned notebook or a folder of them (any names); OUT: the gradebook's folder
 # (default graded/; one that holds a gradebook is refused unless FORCE=1); ROSTER: a CSV
 # that maps files to student ids; JOBS: notebooks at once.
 grade: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make grade NB=folder-or-notebook [OUT=dir] [ROSTER=csv] [FORCE=1] [JOBS=n]"; exit 2; }
-	$(PY) tools/exercises.py grade $(NB) $(if $(OUT),--out $(OUT)) $(if $(ROSTER),--roster $(ROSTER)) \
+	$(PY) -m tools.exercises grade $(NB) $(if $(OUT),--out $(OUT)) $(if $(ROSTER),--roster $(ROSTER)) \
 		$(if $(FORCE),--force) $(if $(JOBS),--jobs $(JOBS))
 
 check: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make check NB=student/04_causal_mask.ipynb"; exit 2; }
-	$(PY) tools/exercises.py check $(NB)
+	$(PY) -m tools.exercises check $(NB)
 
 course: $(STAMP)
 	@test -n "$(COURSE)" || { echo "usage: make course COURSE=path/to/course"; exit 2; }
-	$(PY) tools/exercises.py course $(COURSE)
+	$(PY) -m tools.exercises course $(COURSE)
 
 # Leaves student/ and graded/ alone: they hold students' work and gradebooks.
 clean:

@@ -880,7 +880,7 @@ assert ops_per_step[1] == ops_per_step[-1] > 100, "a cached step runs the same f
 
 # %% [markdown]
 # For the paper's base size (`d_model` 512, 6 layers, 128 tokens), run
-# `.venv/bin/python tools/bench_generation.py`: it prints tokens per second at batch 1
+# `.venv/bin/python -m tools.bench_generation`: it prints tokens per second at batch 1
 # and 16 against the memory-bandwidth bound measured in the same run (at batch 1, a
 # step cannot be faster than reading every decoder weight once), and what beam search's
 # greedy row costs. Those few hundred operations per step are where the time beyond

@@ -515,7 +515,7 @@ assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak
 # %% [markdown]
 # This page's batch is small: its matrices are thin (8 x 32 = 256 rows), and the steps
 # that are not matrix multiplies (softmax, LayerNorm, dropout, Adam) weigh more in it.
-# `tools/bench_model.py --mfu` measures the paper's base size with a batch of 4096 tokens:
+# `python -m tools.bench_model --mfu` measures the paper's base size with a batch of 4096 tokens:
 # 51% to 61% of the GEMM peak in three runs on the quiet 2-core machine this book is built
 # on (the peak itself moved by a fifth between runs). Run both to compare on your machine.
 #
@@ -647,7 +647,7 @@ assert products > measured  # the products alone are faster than the whole step
 # Most of that overhead goes if the decoder's step is compiled into a few kernels:
 # `model.decode = torch.compile(model.decode, dynamic=True)` before decoding gives the
 # same tokens, with one graph for every length of the cache (the package's tests check
-# both). `tools/bench_generation.py --compile` times it beside eager decoding; on the
+# both). `python -m tools.bench_generation --compile` times it beside eager decoding; on the
 # machine this book is built on, the compiled step ran about 1.4 times as fast as the
 # eager one at batch 1 (medians of two runs of five repeats: 7.1 against 9.9 ms and 6.9
 # against 9.5 ms per token), after compiling for 16 to 74 seconds, which pays off only

@@ -10,12 +10,9 @@ end. A new slow file belongs here (`make pytest` prints the slowest tests).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))  # the book's tools, as other tests import them
 
 SLOW = {  # file: seconds of its tests in make pytest, measured 2026-12-02 (see above)
     "test_cheats.py": 178,      # issue 20's class (03, 07, 13) through real nbgrader and make grade; alone
@@ -64,8 +61,7 @@ def small_corpus(tmp_path_factory) -> Path:
     corpus spends most of a test's seconds reading, splitting and encoding it in every
     process and scoring the whole validation stream; chapter 12 and make refinements use
     the whole corpus."""
-    from extract_corpus import corpus_text
-
+    from tools.extract_corpus import corpus_text
     from transformer.text import read_corpus
 
     path = tmp_path_factory.mktemp("corpus") / "poems.txt"

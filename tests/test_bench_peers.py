@@ -3,21 +3,12 @@ tokens of its own eager reference (a plain loop of full forward passes, or the l
 its cache), both sides write the same number of tokens, and the models have equal sizes.
 Skipped where Hugging Face transformers is not installed (requirements-bench.txt)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "tools" / "bench_peers.py")
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_peers"] = bench
-_spec.loader.exec_module(bench)
+from tools import bench_peers as bench  # noqa: E402 - after the skip: it exits without transformers
 
 NEW_TOKENS = 6
 

@@ -37,11 +37,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import exercises
+from tools.notebooks import BEGIN_SOLUTION, END_SOLUTION, read_chapter
 
-import exercises  # noqa: E402
-from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_chapter  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.nbgrader
 
@@ -84,8 +83,8 @@ def test_the_issue_class_scores_nothing_through_nbgrader_and_make_grade(tmp_path
               for chapter in chapters for name, answers in exercises.near_misses(chapter).items()}
     assert sum(listed.values()) == 14 and max(listed.values()) == 2, listed
     course = tmp_path / "course"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "exercises.py"), "course", str(course),
-                    *[str(c.path) for c in chapters]], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "tools.exercises", "course", str(course),
+                    *[str(c.path) for c in chapters]], check=True, capture_output=True, cwd=ROOT)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
            "OMP_NUM_THREADS": "1"}
 

@@ -7,10 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = """
-import sys
-sys.path.insert(0, "tools")
 import nbformat
-from execute import execute_notebook
+from tools.execute import execute_notebook
 notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
 execute_notebook(notebook)
 print(notebook.cells[0].outputs[0]["text"], end="")

@@ -6,11 +6,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import execute, exercise_cells, exercises
+from tools.notebooks import read_book, read_chapter, solution_regions
 
-import exercises  # noqa: E402
-from notebooks import read_book, read_chapter, solution_regions  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SOLVED_1 = "def add(a, b):\n    ### BEGIN SOLUTION\n    total = a + b\n    return total\n    ### END SOLUTION"
 SOLVED_2 = "def square(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION"
@@ -43,14 +42,14 @@ def chapter(tmp_path):
                          ["x0 = 1", SOLVED_1, CHECK_1, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3,
                           SOLVED_4, CHECK_4])
     nb = nbformat.read(path, as_version=4)
-    nbformat.write(exercises.execute_notebook(nb), path)
+    nbformat.write(execute.execute_notebook(nb), path)
     return read_chapter(path)
 
 
 def test_strip_solutions_keeps_the_indent_and_drops_every_solution_line():
-    stub = exercises.strip_solutions(SOLVED_1)
+    stub = exercise_cells.strip_solutions(SOLVED_1)
     assert stub == "def add(a, b):\n    raise NotImplementedError"
-    assert exercises.strip_solutions(SOLVED_3) == "raise NotImplementedError"
+    assert exercise_cells.strip_solutions(SOLVED_3) == "raise NotImplementedError"
 
 
 def test_every_chapter_student_copy_holds_no_solution_text():
@@ -116,7 +115,7 @@ def test_verify_wants_two_near_misses_per_check_and_known_names(chapter):
 
 def test_defined_names_covers_defs_imports_and_assignments():
     source = "import torch.nn as nn\nfrom math import pi\ndef f():\n    y = 1\nclass C: pass\na, (b, c) = 1, (2, 3)\nfor i in range(2):\n    z = i"
-    assert exercises.defined_names(source) == ["C", "a", "b", "c", "f", "i", "nn", "pi", "z"]
+    assert exercise_cells.defined_names(source) == ["C", "a", "b", "c", "f", "i", "nn", "pi", "z"]
 
 
 def test_grading_reports_each_exercise_and_does_not_stop_at_the_first_failure(chapter):
@@ -143,7 +142,7 @@ def test_verify_flags_a_check_that_cannot_fail(tmp_path):
     path = write_chapter(tmp_path / "02_vacuous.ipynb",
                          [SOLVED_1, f"#| check ex1-add\nassert True\n{hidden('pass')}", SOLVED_2,
                           CHECK_2, SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
-    nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
+    nbformat.write(execute.execute_notebook(nbformat.read(path, as_version=4)), path)
     problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
     assert problems == ["check `ex1-add` passes on the student stub: it cannot tell that "
                         "answer from the solution",
@@ -157,7 +156,7 @@ def test_a_check_that_writes_to_stderr_is_flagged_since_nbgrader_fails_it(tmp_pa
     noisy = CHECK_1.replace("\nassert", "\nimport sys\nprint('careful', file=sys.stderr)\nassert", 1)
     path = write_chapter(tmp_path / "04_noisy.ipynb",
                          [SOLVED_1, noisy, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
-    nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
+    nbformat.write(execute.execute_notebook(nbformat.read(path, as_version=4)), path)
     assert exercises.structure_problems(read_chapter(path)) == [
         "check `ex1-add` writes to stderr on the solution ('careful'), which nbgrader grades as "
         "a failure: silence it or move it out of the check"]
@@ -182,7 +181,7 @@ def test_verify_wants_the_visible_part_alone_to_pass_and_references_it_can_trust
     path = write_chapter(tmp_path / "05_refs.ipynb",
                          ["def reference(x):\n    return x * x", SOLVED_1, broken, SOLVED_2, fooled,
                           SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
-    nbformat.write(exercises.execute_notebook(nbformat.read(path, as_version=4)), path)
+    nbformat.write(execute.execute_notebook(nbformat.read(path, as_version=4)), path)
     problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
     assert any("check `ex1-add` without its hidden tests (as a student copy shows it) fails on "
                "the solution: NameError" in p for p in problems), problems
@@ -193,7 +192,7 @@ def test_verify_wants_the_visible_part_alone_to_pass_and_references_it_can_trust
 # --- nbgrader metadata (make stamp) -------------------------------------------------
 
 def test_stamp_derives_nbgrader_metadata_from_the_conventions(chapter):
-    from notebooks import nbgrader_metadata
+    from tools.notebooks import nbgrader_metadata
 
     notebook = chapter.notebook
     notebook.cells.insert(0, nbformat.v4.new_markdown_cell("# 01 · Toy"))
@@ -211,7 +210,7 @@ def test_stamp_derives_nbgrader_metadata_from_the_conventions(chapter):
 
 
 def test_stamp_is_idempotent_and_check_names_the_chapter_and_the_fix(chapter):
-    from notebooks import stamp_notebook
+    from tools.notebooks import stamp_notebook
 
     assert exercises.stamp_problems(chapter) and "run `make stamp`" in exercises.stamp_problems(chapter)[0]
     changes = exercises.stamp_chapter(chapter)
@@ -238,7 +237,7 @@ def test_stamp_check_flags_marker_text_in_markdown_and_a_stale_kernel(tmp_path):
 
 
 def test_points_syntax_is_strict():
-    from notebooks import BookError, parse_check
+    from tools.notebooks import BookError, parse_check
 
     assert parse_check("ex4-leak points=2") == ("ex4-leak", 2)
     assert parse_check("ex4-leak") == ("ex4-leak", 1)
@@ -282,7 +281,7 @@ def test_student_copy_strips_hidden_tests_and_locks_cells_as_nbgrader_does(tmp_p
     student = exercises.student_copy(toy.notebook, toy.name)
     text = nbformat.writes(student)
     assert "HIDDEN" not in text and "torch.zeros(2)" not in text and "BEGIN SOLUTION" not in text
-    check = next(c for c in student.cells if exercises.check_name(c) == "ex3-norm")
+    check = next(c for c in student.cells if exercise_cells.check_name(c) == "ex3-norm")
     assert "torch.testing.assert_close(_n, torch.tensor(5.0))" in check.source
     assert check.metadata["editable"] is False and check.metadata["deletable"] is False
     solution = next(c for c in student.cells if c.metadata.get("nbgrader", {}).get("solution"))
@@ -322,7 +321,7 @@ def test_make_student_never_overwrites_an_edited_copy_unless_forced(chapter, tmp
 # --- grading ------------------------------------------------------------------------------
 
 def test_grading_restores_locked_cells_as_nbgrader_does(chapter):
-    from notebooks import stamp_notebook
+    from tools.notebooks import stamp_notebook
 
     stamp_notebook(chapter.notebook)  # as every committed chapter is
     student = exercises.student_copy(chapter.notebook)
@@ -418,8 +417,9 @@ def test_gradebook_grades_a_folder_in_parallel_and_recognises_chapters(tmp_path)
     folder below the folders all notebooks share; a crash or a stray file becomes a row,
     not a stop; one feedback file per student; an earlier gradebook is never replaced
     without --force."""
-    from notebooks import stamp_notebook
     from toy_chapter import POINTS, toy_chapter
+
+    from tools.notebooks import stamp_notebook
 
     book = tmp_path / "book"
     toy = toy_chapter(book)
@@ -443,7 +443,7 @@ def test_gradebook_grades_a_folder_in_parallel_and_recognises_chapters(tmp_path)
     del by_title.metadata["transformer_book"]
     for cell in by_title.cells:
         cell.metadata.pop("nbgrader", None)
-    by_title.cells = [c for c in by_title.cells if not exercises.check_name(c)]  # checks deleted
+    by_title.cells = [c for c in by_title.cells if not exercise_cells.check_name(c)]  # checks deleted
     nbformat.write(by_title, returned / "carol" / "02.ipynb")
     crash = nbformat.from_dict(solved)
     index = next(i for i, c in enumerate(crash.cells)
@@ -518,7 +518,7 @@ def test_a_roster_names_the_students_of_an_lms_download(tmp_path):
 
 
 def test_student_names_without_a_roster():
-    from gradebook import Roster, shared_folder, student_of
+    from tools.gradebook import Roster, shared_folder, student_of
 
     root = Path("/r")
     nested = [root / "hw7" / "alice" / "x.ipynb", root / "hw7" / "bob" / "y.ipynb"]
@@ -564,7 +564,7 @@ def test_jupytext_sync_keeps_nbgrader_metadata_and_stamp_covers_new_cells(tmp_pa
     import shutil
     import subprocess
 
-    from notebooks import stamp_notebook
+    from tools.notebooks import stamp_notebook
 
     for name in ("04_causal_mask.ipynb", "04_causal_mask.py"):
         shutil.copy(ROOT / "chapters" / name, tmp_path / name)
@@ -581,7 +581,7 @@ def test_jupytext_sync_keeps_nbgrader_metadata_and_stamp_covers_new_cells(tmp_pa
     assert unstamped == ["new_cell = 1"]
     changes = stamp_notebook(synced)
     assert len(changes) == 2, changes  # the new cell, and ex1-causal with its new points
-    check = next(c for c in synced.cells if exercises.check_name(c) == "ex1-causal")
+    check = next(c for c in synced.cells if exercise_cells.check_name(c) == "ex1-causal")
     assert check.metadata["nbgrader"]["points"] == 3
 
 

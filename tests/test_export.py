@@ -1,17 +1,15 @@
 """The notebook -> package exporter: in sync, idempotent, and strict about its rules."""
 
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import export
+from tools.notebooks import BookError, read_book
 
-import export  # noqa: E402
-from notebooks import BookError, read_book  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_chapter(directory: Path, name: str, *cells: str) -> Path:

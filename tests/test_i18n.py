@@ -18,10 +18,9 @@ import nbformat
 import polib
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import i18n
 
-import i18n  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NAME = "01_embedding"
 SENTENCE = "The trouble is that arithmetic on ids means nothing."  # in cell 5339f800
@@ -65,7 +64,7 @@ def check(chapters: Path, locale: Path) -> list[str]:
 
 def test_the_repository_passes_in_seconds():
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "tools/i18n.py", "check"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "tools.i18n", "check"], cwd=ROOT,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "units current" in run.stdout
@@ -301,8 +300,8 @@ def test_tables_lists_and_quotes_are_translated_in_place():
 # --- the Chinese site ----------------------------------------------------------------
 
 def test_the_chinese_reading_copy_uses_the_table_and_the_captions(tmp_path):
-    import website
-    from notebooks import read_book
+    from tools import website
+    from tools.notebooks import read_book
 
     i18n.build((NAME,), tmp_path / "zh")  # from the repository's chapter and catalogues
     [chapter] = read_book(tmp_path / "zh" / "chapters")
@@ -320,7 +319,7 @@ def test_the_chinese_reading_copy_uses_the_table_and_the_captions(tmp_path):
 
 
 def test_pages_in_both_languages_link_to_each_other_from_disk(tmp_path):
-    import website
+    from tools import website
 
     page = ('<html><body><div class="article-header-buttons"><a>download</a></div>'
             '</body></html>')

@@ -7,10 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools import install
 
-import install  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CONFIG = """\
 :env:.find-links='/opt/wheels'

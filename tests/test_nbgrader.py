@@ -29,16 +29,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from toy_chapter import CHEATS, toy_chapter
+
+from tools import chapter_test, execute, exercise_cells, exercises
+from tools.chapter_test import submission
+from tools.notebooks import BEGIN_SOLUTION, RUNS_ALONE, read_chapter
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-
-import chapter_test  # noqa: E402
-import execute  # noqa: E402
-import exercises  # noqa: E402
-from chapter_test import submission  # noqa: E402
-from notebooks import BEGIN_SOLUTION, RUNS_ALONE, read_chapter  # noqa: E402
-from toy_chapter import CHEATS, toy_chapter  # noqa: E402
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.nbgrader
@@ -64,8 +61,8 @@ def run_course(course: Path, chapters, students, make_submission=submission) -> 
 
     Returns {(chapter name, student): (score, max score)} from nbgrader's grades.csv.
     """
-    subprocess.run([sys.executable, str(ROOT / "tools" / "exercises.py"), "course", str(course),
-                    *[str(c.path) for c in chapters]], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "tools.exercises", "course", str(course),
+                    *[str(c.path) for c in chapters]], check=True, capture_output=True, cwd=ROOT)
     nbgrader(course, "generate_assignment", "*")
     for chapter in chapters:
         released = nbformat.read(course / "release" / chapter.name / chapter.path.name,
@@ -104,15 +101,15 @@ def toy_for_the_run(directory: Path):
     notebook = chapter.notebook
     notebook.cells[1].source += "\ntorch.manual_seed(0)\nprint('seeded')"
     for cell in notebook.cells:
-        if exercises.check_name(cell):
+        if exercise_cells.check_name(cell):
             cell.source = cell.source.replace("\n", "\n" + SEEDED_CHECK, 1)
     notebook.cells += [nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('ignored')"),
                        nbformat.v4.new_code_cell("print('compared')"),
                        nbformat.v4.new_code_cell(AFTER)]
-    from notebooks import stamp_notebook
+    from tools.notebooks import stamp_notebook
 
     stamp_notebook(notebook)
-    exercises.execute_notebook(notebook)
+    execute.execute_notebook(notebook)
     notebook.cells[-3].outputs[0].text = "not what the run prints\n"   # ignored: passes
     notebook.cells[-2].outputs[0].text = "not what the run prints\n"   # compared: fails
     nbformat.write(notebook, chapter.path)
@@ -257,7 +254,7 @@ def test_chapters_that_share_the_cores_get_sleeping_threads(monkeypatch):
 
 def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch):
     """`make book` follows the same order as the test stage: appendix 14 before the pool starts."""
-    import book
+    from tools import book
 
     events: list[str] = []
 

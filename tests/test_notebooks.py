@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools.notebooks import read_book
 
-from notebooks import read_book  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CHAPTERS = read_book()
 
@@ -72,8 +71,9 @@ def test_chapters_are_numbered_without_gaps_and_appendices_come_after():
 def test_only_an_appendix_may_go_without_exercises_and_bridge(tmp_path):
     """The rule can fail: the same notebook without exercises is refused as a chapter."""
     import nbformat
-    from exercises import structure_problems
-    from notebooks import read_chapter
+
+    from tools.exercises import structure_problems
+    from tools.notebooks import read_chapter
 
     def notebook(title: str):
         nb = nbformat.v4.new_notebook()

@@ -16,12 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tools import refinement_runs
+from transformer.distributed import load_config
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-
-import refinement_runs  # noqa: E402
-
-from transformer.distributed import load_config  # noqa: E402
 
 
 def check_shape(result: dict, steps: int, seeds: dict[str, int]) -> None:
@@ -58,10 +56,10 @@ def test_the_tool_writes_what_the_chapter_reads(tmp_path, small_corpus):
     on all of them, reading and encoding the corpus and scoring the whole validation stream
     took most of the test's 44 seconds."""
     out = tmp_path / "comparison.json"
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "refinement_runs.py"), "--steps", "2",
+    run = subprocess.run([sys.executable, "-m", "tools.refinement_runs", "--steps", "2",
                           "--seeds", "0", "--variants", "all four", "2017", "--jobs", "2",
                           "--corpus", str(small_corpus), "--out", str(out)],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["config"]["train"]["steps"] == 2 and result["variants"] == ["all four", "2017"]

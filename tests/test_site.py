@@ -29,11 +29,10 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools.notebooks import hidden_test_regions, read_book, solution_regions
+from tools.project_info import package_version, python_versions, repository_url
 
-from notebooks import hidden_test_regions, read_book, solution_regions  # noqa: E402
-from project_info import package_version, python_versions, repository_url  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CHAPTERS = read_book()
 SITE_ROOT = ROOT / "_build" / "test-site"
@@ -62,7 +61,7 @@ def chromium() -> str | None:
 def build_site(out: Path, edition: str = "full") -> Path:
     """Build the site from the committed notebooks, Sphinx warnings as errors."""
     run = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "website.py"), "--out", str(out),
+        [sys.executable, "-m", "tools.website", "--out", str(out),
          "--edition", edition],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
@@ -168,7 +167,7 @@ def test_chapters_link_to_their_api_pages_and_back(site):
 def test_every_public_name_is_documented_with_its_chapter(site):
     """Each name of a module has an entry on the module's page, and each entry says, with a
     link, which chapter defines it (constants included, which have no docstring)."""
-    from website import chapter_exports
+    from tools.website import chapter_exports
 
     for chapter in CHAPTERS:
         for export in chapter_exports(chapter):
@@ -228,7 +227,7 @@ def test_every_page_names_version_build_date_and_source(site):
 def test_every_chapter_has_its_package_box_and_download_note(site):
     """Under each chapter's title, a box: the modules it writes or (chapter 13) uses, linked
     to their API pages, and how to run the downloaded notebook (installing the package)."""
-    from website import chapter_exports, imports_from_package
+    from tools.website import chapter_exports, imports_from_package
 
     for chapter in CHAPTERS:
         page = (site / "chapters" / f"{chapter.name}.html").read_text(encoding="utf-8")
@@ -247,7 +246,8 @@ def test_download_is_the_chapter_with_an_install_note(site, student_site, editio
     """The download button gives the chapter as executed (full edition) or the student copy
     (student edition), with a note on installing the package under its title."""
     import nbformat
-    from exercises import student_copy
+
+    from tools.exercises import student_copy
 
     html = site if edition == "full" else student_site
     for chapter in CHAPTERS:
@@ -263,7 +263,7 @@ def test_download_is_the_chapter_with_an_install_note(site, student_site, editio
 def test_landing_page_states_what_the_readme_states(site):
     """Python versions from pyproject.toml's classifiers, as the README says them; the
     durations are the README's own paragraph."""
-    from website import readme_durations
+    from tools.website import readme_durations
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     landing = page_text(site / "index.html")
@@ -284,8 +284,8 @@ def figure_cells(chapter):
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
 def test_every_figure_has_a_caption_and_alt_text(chapter):
     """Each figure's cell says what the figure shows, for the caption and for readers who
-    cannot see it: `#| fig-cap: ...` and `#| fig-alt: ...` lines (tools/website.py)."""
-    from website import figure_options
+    cannot see it: `#| fig-cap: ...` and `#| fig-alt: ...` lines (tools/notebooks.py: figure_options)."""
+    from tools.notebooks import figure_options
 
     for index, cell in figure_cells(chapter):
         options, _ = figure_options(cell.source)
@@ -304,7 +304,7 @@ def search_index(html: Path) -> dict:
 
 
 def han_runs(text: str) -> set[str]:
-    from search_cjk import HAN_RUN
+    from tools.search_cjk import HAN_RUN
 
     return set(HAN_RUN.findall(text))
 
@@ -313,7 +313,7 @@ def test_search_index_finds_every_run_of_chinese(site):
     """Every run of Han characters on a chapter's page is found by a query for it: the
     browser looks a run up as its pairs of characters (one character: itself), and each of
     those is indexed for that page."""
-    from search_cjk import query_terms
+    from tools.search_cjk import query_terms
 
     index = search_index(site)
     docs = {name: i for i, name in enumerate(index["docnames"])}
@@ -747,7 +747,7 @@ def book_pdf(browser, site) -> Path:
     """The PDF of two chapters (the one with the widest formulas, and one with Chinese
     text) with the front and back matter, printed as `make pdf` prints the whole book
     (which takes minutes)."""
-    from pdf import build_pdf
+    from tools.pdf import build_pdf
 
     return build_pdf(out=SITE_ROOT / "book-sample.pdf", only=PDF_SAMPLE, site_root=SITE_ROOT,
                      context=browser)
@@ -797,7 +797,7 @@ def test_pdf_holds_formulas_figures_chinese_code_and_solutions(pdf_pages):
     # The embedded CJK face maps some characters to look-alike code points when text is
     # extracted (月 U+6708 comes back as the Kangxi radical ⽉ U+2F49): compare under NFKC.
     text = unicodedata.normalize("NFKC", "".join(texts))
-    from website import chapter_exports
+    from tools.website import chapter_exports
 
     chapters = [c for c in CHAPTERS if c.number in PDF_SAMPLE]
     figures = sum(len(figure_cells(c)) for c in chapters)
@@ -857,7 +857,7 @@ def rendered_text(rest: str) -> tuple[str, str]:
 
 
 def test_plain_docstrings_render_as_written_without_warnings():
-    from docstrings import plain_text_to_rest
+    from tools.docstrings import plain_text_to_rest
 
     text, warnings = rendered_text(plain_text_to_rest(TRICKY))
     assert not warnings, warnings
@@ -887,9 +887,10 @@ Raises:
 
 
 def test_google_style_sections_render_as_field_lists():
-    from docstrings import plain_text_to_rest
     from docutils.core import publish_doctree
     from docutils.nodes import bullet_list, field, field_name, list_item, strong
+
+    from tools.docstrings import plain_text_to_rest
 
     rest = plain_text_to_rest(GOOGLE_STYLE)
     _, warnings = rendered_text(rest)

@@ -5,15 +5,13 @@ its way to the kernel, an exception handler that hides the check's error, the te
 notebook read from disk. What the grading guard and barrier must stop
 (tests/test_exercises.py, test_nbgrader.py)."""
 
-import sys
 from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+from tools.notebooks import read_chapter, stamp_notebook
 
-from notebooks import read_chapter, stamp_notebook  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TOY = [  # a small chapter whose checks lean on torch.allclose, math.isclose, abs, assert_close
     ("markdown", "# 01 · Toy\n\nFour exercises and a written answer."),

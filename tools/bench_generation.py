@@ -1,6 +1,6 @@
 """Benchmark: cached decoding against the memory-bandwidth bound, and beam search's cost (chapter 10).
 
-    .venv/bin/python tools/bench_generation.py [--repeats 5] [--tokens 128] [--threads 1]
+    .venv/bin/python -m tools.bench_generation [--repeats 5] [--tokens 128] [--threads 1]
                                                [--batches 1 16] [--beam 4] [--no-cache]
                                                [--compile]
 

@@ -1,8 +1,8 @@
 """Benchmark: our Transformer against torch.nn.Transformer and against the machine, in one process.
 
-    .venv/bin/python tools/bench_model.py [--repeats 7] [--rounds 3] [--profile]
-    .venv/bin/python tools/bench_model.py --mfu      # paper-base training step vs the GEMM peak
-    .venv/bin/python tools/bench_model.py --decode   # greedy decoding vs the bandwidth bound
+    .venv/bin/python -m tools.bench_model [--repeats 7] [--rounds 3] [--profile]
+    .venv/bin/python -m tools.bench_model --mfu      # paper-base training step vs the GEMM peak
+    .venv/bin/python -m tools.bench_model --decode   # greedy decoding vs the bandwidth bound
 
 Default: both models get token embeddings (scaled by sqrt(d_model)), the same
 sinusoidal positions, an output layer, and the same masks (source and target padding,
@@ -32,14 +32,12 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from transformer import PAPER_CONFIGS, Transformer, greedy_decode  # noqa: E402
-from transformer.benchmarks import (  # noqa: E402
+from transformer import PAPER_CONFIGS, Transformer, greedy_decode
+from transformer.benchmarks import (
     bandwidth_bytes_per_second,
     bytes_per_token,
     cpu_seconds,

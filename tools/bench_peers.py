@@ -1,8 +1,8 @@
 """Benchmark: the book's models against the libraries a user would pick instead (issue 25).
 
-    .venv/bin/python tools/bench_peers.py                 # everything, 2 threads
-    .venv/bin/python tools/bench_peers.py --only train    # or: generate, eval
-    .venv/bin/python tools/bench_peers.py --repeats 9 --rounds 5 --threads 2
+    .venv/bin/python -m tools.bench_peers                 # everything, 2 threads
+    .venv/bin/python -m tools.bench_peers --only train    # or: generate, eval
+    .venv/bin/python -m tools.bench_peers --repeats 9 --rounds 5 --threads 2
 
 Needs Hugging Face `transformers` (pinned, with what it pulls in, in requirements-bench.txt,
 which `make install` installs; elsewhere `.venv/bin/pip install -r requirements-bench.txt`).
@@ -52,9 +52,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from transformer.benchmarks import (  # noqa: E402
+from transformer.benchmarks import (
     eval_forward,
     greedy_fns,
     hf_transformers_version,
@@ -65,6 +63,8 @@ from transformer.benchmarks import (  # noqa: E402
     peer_translators,
     random_batch,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 if hf_transformers_version() is None:  # pragma: no cover - said to the user
     sys.exit("tools/bench_peers.py needs Hugging Face transformers: "

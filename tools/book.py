@@ -1,6 +1,6 @@
 """Build the book: run every chapter in a fresh kernel, then build the website from the runs.
 
-    python tools/book.py [--jobs N] [CHAPTER ...]     (default: every chapter)
+    python -m tools.book [--jobs N] [CHAPTER ...]     (default: every chapter)
 
 Chapters run N at a time (default: $JOBS, else the machine's cores), the longest
 first as the committed run's cell timestamps predict: chapter 09 trains on one
@@ -28,10 +28,9 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import website  # noqa: E402
-from execute import default_jobs, execute_notebook, pool_env  # noqa: E402
-from notebooks import ROOT, read_book, read_chapter, running_order  # noqa: E402
+from tools import website
+from tools.execute import default_jobs, execute_notebook, pool_env
+from tools.notebooks import ROOT, read_book, read_chapter, running_order
 
 EXECUTED = ROOT / "_build" / "executed"
 

@@ -1,6 +1,6 @@
 """make test's chapter stage: every chapter executed once, and that one run checked three ways.
 
-    python tools/chapter_test.py [CHAPTER ...] [--jobs N] [pytest options]
+    python -m tools.chapter_test [CHAPTER ...] [--jobs N] [pytest options]
         (default: every chapter; a chapter given as .py or .ipynb)
 
 Each chapter runs once, top to bottom, in a fresh kernel; the longest chapters start
@@ -11,7 +11,7 @@ times code against a peer (RUNS_ALONE) runs first and by itself, so that a neigh
 load does not move its ratios. What the run is:
 
 - a chapter with exercises is graded by real nbgrader, as a teacher grades it: a course
-  is laid out (tools/exercises.py course), nbgrader releases the chapter, a student
+  is laid out (python -m tools.exercises course), nbgrader releases the chapter, a student
   hands it back solved (each solution typed in without the markers) and `nbgrader
   autograde` runs it, under the course's grading guard and cell time limit; then
   `generate_feedback` and `export`. The solved copy also holds a proof cell after each
@@ -58,11 +58,9 @@ import nbformat
 import pytest
 from nbval import plugin as nbval
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import exercise_proof  # noqa: E402
-import exercises  # noqa: E402
-from execute import default_jobs, execute_notebook, pool_env  # noqa: E402
-from notebooks import (  # noqa: E402
+from tools import exercise_proof, exercises
+from tools.execute import default_jobs, execute_notebook, pool_env
+from tools.notebooks import (
     BEGIN_SOLUTION,
     CHAPTER_NAME,
     END_SOLUTION,
@@ -254,9 +252,9 @@ class Runner:
     def _courses(self, chapters: list[Chapter]) -> list[Path]:
         """One nbgrader course per worker, each with every graded chapter released."""
         first = self.out / "course0"
-        subprocess.run([sys.executable, str(ROOT / "tools" / "exercises.py"), "course",
-                        str(first), *[str(c.path) for c in chapters]],
-                       check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "tools.exercises", "course",
+                        str(first.resolve()), *[str(c.path) for c in chapters]],
+                       check=True, capture_output=True, cwd=ROOT)
         status, _, _ = run_timed([str(BIN / "nbgrader"), "generate_assignment", "*"], first,
                                  self.out / "generate_assignment.log", env=nbgrader_env())
         if status:
@@ -304,7 +302,8 @@ class Runner:
         target = self.out / "executed" / run.chapter.path.name
         run.log = self.out / f"{run.chapter.name}.log"
         status, run.seconds, run.cpu_seconds = run_timed(
-            [sys.executable, __file__, "--execute", str(run.chapter.path), str(target)],
+            [sys.executable, "-m", "tools.chapter_test", "--execute", str(run.chapter.path),
+             str(target.resolve())],
             ROOT, run.log, env=env)
         if status:
             run.error = f"the chapter did not run to the end: see {shown(run.log)}"

@@ -1,6 +1,6 @@
 """Make a folder of plausible returned notebooks, to try or time `make grade` on.
 
-    python tools/class_sample.py OUT [--per-chapter 3]
+    python -m tools.class_sample OUT [--per-chapter 3]
 
 For each chapter, student copies as a class hands them back, under varied folder and
 file names: solved (each solution typed in, markers left out), partly solved (the
@@ -20,9 +20,8 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import exercises  # noqa: E402
-from notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book  # noqa: E402
+from tools import exercises
+from tools.notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book
 
 NAMES = ["alice", "bob", "carol", "dan", "erin", "farid", "grace", "hui", "ines", "jun",
          "kofi", "lena", "mei", "noor", "omar", "pia", "quinn", "ravi", "sara", "tomas",

@@ -1,6 +1,6 @@
 """Run chapters top to bottom in a fresh kernel and store their outputs.
 
-    python tools/execute.py [CHAPTER ...]    (.py or .ipynb; default: every chapter)
+    python -m tools.execute [CHAPTER ...]    (.py or .ipynb; default: every chapter)
 
 For each chapter: take the newer of the pair as the source (jupytext --sync),
 stamp its nbgrader metadata and kernelspec (tools/notebooks.py), execute it in a
@@ -25,9 +25,8 @@ import zmq
 from nbclient import NotebookClient
 from traitlets.config import Config
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import export  # noqa: E402
-from notebooks import CHAPTERS, KERNELSPEC, ROOT, stamp_notebook  # noqa: E402
+from tools import export
+from tools.notebooks import CHAPTERS, KERNELSPEC, ROOT, stamp_notebook
 
 KERNEL = KERNELSPEC["name"]  # "python3": the running environment's Python
 

@@ -13,13 +13,15 @@ the random number generators are put back as the check left them, so that the ce
 after the proof print what they print in a plain run of the chapter.
 
 So one run of a chapter both executes it (its outputs can be compared with the
-committed ones) and proves its checks: `tools/exercises.py verify` runs such a
+committed ones) and proves its checks: `python -m tools.exercises verify` runs such a
 notebook with nbclient, and `make test` hands it to nbgrader as the solved student's
 submission (tools/chapter_test.py), so the one execution is graded too.
 
 This file's source also travels inside each proof cell and runs in the kernel (the
 grading barrier keeps a graded kernel from reading the repository, tools/ included),
-so it imports only the standard library at the top.
+so it imports only the standard library at the top; the tools it uses around the run
+(tools/exercise_cells.py, the grading guard's names_read) are imported inside the
+functions that run outside the kernel.
 
     notebook = with_proof_cells(chapter, answers)     # before the run
     ...execute notebook, the grading guard loaded...
@@ -149,9 +151,9 @@ def proof_name(cell) -> str | None:
 
 def payloads(chapter, answers: dict[str, dict[str, str]]) -> dict[int, dict]:
     """{check cell index: what its proof cell runs} for each check after a solution."""
-    from exercises import check_name, defined_names, strip_solutions
-    from grading_guard import _names_read
-    from notebooks import solution_regions, strip_hidden_tests
+    from tools.exercise_cells import check_name, defined_names, strip_solutions
+    from tools.grading_guard import names_read
+    from tools.notebooks import solution_regions, strip_hidden_tests
 
     found, solution = {}, None
     for index, cell in enumerate(chapter.notebook.cells):
@@ -162,7 +164,7 @@ def payloads(chapter, answers: dict[str, dict[str, str]]) -> dict[int, dict]:
             variants += [[f"near-miss \"{label}\"", source]
                          for label, source in answers.get(name, {}).items()]
             visible = strip_hidden_tests(cell.source)
-            reads = sorted(_names_read(cell.source) - set(defined_names(solution)))
+            reads = sorted(names_read(cell.source) - set(defined_names(solution)))
             found[index] = {"check": name, "check_source": cell.source, "solution": solution,
                             "forget": defined_names(solution),
                             "visible": visible if visible != cell.source else None,
@@ -193,7 +195,7 @@ def without_proof_cells(cells: list) -> list:
 
 def proof_problems(executed, chapter, verbose: bool = False) -> list[str]:
     """What the run of a notebook with proof cells says about the chapter's checks."""
-    from exercises import check_name, error_of, stderr_of
+    from tools.exercise_cells import check_name, error_of, stderr_of
 
     problems, cells = [], executed.cells
     wanted = {name for name, _ in chapter.checks}

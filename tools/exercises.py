@@ -1,10 +1,10 @@
 """Exercises: student copies, grading, a student's self-check, and the proof that checks fail.
 
-    python tools/exercises.py student [CHAPTER ...] [--out student] [--force]
+    python -m tools.exercises student [CHAPTER ...] [--out student] [--force]
         write student copies: each solution region becomes `raise NotImplementedError`,
         hidden tests are removed, outputs cleared, the chapter's cells locked as nbgrader
         locks them; a copy that a student has edited is never overwritten without --force
-    python tools/exercises.py grade PATH ... [--out graded] [--force] [--roster CSV]
+    python -m tools.exercises grade PATH ... [--out graded] [--force] [--roster CSV]
                                              [--jobs N] [--timeout S]
         grade returned notebooks (files, or folders searched for *.ipynb; any file
         names: the chapter is recognised from the notebook itself), each in its own
@@ -16,21 +16,21 @@
         OUT/gradebook.csv (one row per exercise), OUT/summary.csv (one row per student)
         and OUT/feedback/STUDENT.md; refuse an OUT that holds a gradebook unless --force;
         exit 1 if a notebook could not be graded (unrecognised, unreadable, crashed)
-    python tools/exercises.py check NOTEBOOK
+    python -m tools.exercises check NOTEBOOK
         a student's self-check: run the notebook as grading does (hidden tests included)
         and print passed/failed per exercise with the message; exit 0 if all pass
-    python tools/exercises.py verify [CHAPTER ...] [-v] [--jobs N]
+    python -m tools.exercises verify [CHAPTER ...] [-v] [--jobs N]
         for each chapter: at least four exercises, each check followed by hidden tests;
         every check passed in the committed (nbval-verified) notebook; and, in one fresh
         run of the chapter under the grading guard and barrier, every check passes on the
         solution (also without its hidden tests), compares only against references the
         guard restores, and fails on the student stub and on each recorded near-miss
         answer (tests/near_misses/NN_name.py)
-    python tools/exercises.py stamp [CHAPTER ...] [--check]
+    python -m tools.exercises stamp [CHAPTER ...] [--check]
         write each chapter's nbgrader cell metadata and kernelspec, derived from the
         book's conventions (tools/notebooks.py: nbgrader_metadata); --check changes
         nothing and names each chapter whose metadata is missing or stale
-    python tools/exercises.py course DIR [CHAPTER ...]
+    python -m tools.exercises course DIR [CHAPTER ...]
         lay out an nbgrader course: DIR/nbgrader_config.py and DIR/source/NN_name/
 
 An exercise is a code cell with a `### BEGIN SOLUTION` ... `### END SOLUTION`
@@ -42,29 +42,36 @@ written answer: a markdown cell whose first line is `<!-- #| answer NAME points=
 from __future__ import annotations
 
 import argparse
-import ast
 import copy
 import hashlib
 import json
 import re
 import runpy
+import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jupytext
 import nbformat
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import exercise_proof  # noqa: E402
-import grading_guard  # noqa: E402
-from execute import default_jobs, execute_notebook, notebook_client  # noqa: E402, F401 (re-exported for tests)
-from notebooks import (  # noqa: E402
+from tools import exercise_proof, gradebook, grading_guard, nbgrader_course
+from tools.execute import default_jobs, notebook_client
+from tools.exercise_cells import (
+    META_KEY,
+    check_name,
+    error_of,
+    in_student_terms,
+    stderr_of,
+    strip_solutions,
+)
+from tools.notebooks import (
     ANSWER_STUB,
     CHAPTERS,
     PACKAGE,
@@ -72,7 +79,6 @@ from notebooks import (  # noqa: E402
     BookError,
     Chapter,
     answer_directive,
-    check_directive,
     hidden_test_regions,
     marker_problems,
     nbgrader_metadata,
@@ -83,12 +89,11 @@ from notebooks import (  # noqa: E402
     stored_seconds,
     strip_hidden_tests,
 )
+from tools.pairs import pair_text
 
 MIN_EXERCISES = 4
 MIN_NEAR_MISSES = 2
-STUB = "raise NotImplementedError"
 NEAR_MISSES = ROOT / "tests" / "near_misses"
-META_KEY = "transformer_book"  # notebook metadata of a student copy: chapter, content hash
 
 
 @dataclass
@@ -106,15 +111,6 @@ class Result:
 
 
 # --- student copies -------------------------------------------------------------
-
-def strip_solutions(source: str) -> str:
-    """Replace each solution region (markers included) by an indented stub."""
-    lines = source.splitlines()
-    for begin, end in reversed(solution_regions(source)):
-        indent = re.match(r"\s*", lines[begin]).group(0)
-        lines[begin:end + 1] = [indent + STUB]
-    return "\n".join(lines)
-
 
 def content_hash(notebook: nbformat.NotebookNode) -> str:
     """A digest of what a student edits: each cell's type and source (not outputs)."""
@@ -187,47 +183,12 @@ def write_student_copies(chapters: list[Chapter], out: Path, force: bool = False
     if refused:
         print(f"{len(refused)} edited student copies were kept. To overwrite them (the work "
               "in them is lost), run `make student FORCE=1` "
-              "(tools/exercises.py student --force).", file=sys.stderr)
+              "(python -m tools.exercises student --force).", file=sys.stderr)
         return 1
     return 0
 
 
-def check_name(cell: nbformat.NotebookNode) -> str | None:
-    """NAME for a code cell whose first line is `#| check NAME [points=N]`."""
-    if cell.cell_type != "code" or not cell.source.strip():
-        return None
-    try:
-        found = check_directive(cell.source)
-    except BookError:
-        return None
-    return found[0] if found else None
-
-
 # --- grading --------------------------------------------------------------------
-
-def error_of(cell: nbformat.NotebookNode) -> str | None:
-    """'Ename: evalue' of a cell's error output, or None."""
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "error":
-            return f"{output.get('ename')}: {output.get('evalue')}".strip()
-    return None
-
-
-def stderr_of(cell: nbformat.NotebookNode) -> str | None:
-    """The first line a cell wrote to stderr, or None (nbgrader fails a check that does)."""
-    for output in cell.get("outputs", []):
-        if output.get("output_type") == "stream" and output.get("name") == "stderr":
-            return (output.get("text", "").strip().splitlines() or [""])[0][:200]
-    return None
-
-
-def in_student_terms(error: str) -> str:
-    """A check's error, said for a gradebook: one line, a stub said as 'not attempted'."""
-    if error.startswith("NotImplementedError"):
-        return "not attempted: the solution still raises NotImplementedError"
-    line = " | ".join(part.strip() for part in error.splitlines() if part.strip())
-    return line if len(line) <= 500 else line[:497] + "..."
-
 
 def graded_notebook(student: nbformat.NotebookNode, chapter: Chapter,
                     hidden_tests: bool = True) -> tuple[nbformat.NotebookNode, set[str]]:
@@ -366,6 +327,31 @@ def grade(student: nbformat.NotebookNode, chapter: Chapter, *, timeout: int = 60
     return results
 
 
+def grade_file(path: Path, chapter_path: Path | None, timeout: int,
+               protect: list[Path] = ()) -> dict:
+    """Grade one notebook; a dict that says what happened, for JSON (`grade-one`: the
+    child process of tools/gradebook.py's run_worker, with the notebook's own kernel)."""
+    start = time.perf_counter()
+    outcome = {"file": str(path), "chapter": None, "results": [], "error": None}
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is reported, not raised
+        outcome["error"] = f"not a readable notebook: {type(err).__name__}: {err}"
+        return outcome
+    if chapter_path is not None:
+        chapter = read_chapter(chapter_path.resolve().with_suffix(".ipynb"))
+    else:
+        chapter, why = gradebook.recognise(notebook, read_book())
+        if chapter is None:
+            outcome["error"] = why
+            return outcome
+    outcome["chapter"] = chapter.name
+    results = grade(notebook, chapter, timeout=timeout, protect=list(protect))
+    outcome["results"] = [asdict(r) for r in results]
+    outcome["seconds"] = round(time.perf_counter() - start, 1)
+    return outcome
+
+
 def status_of(result: Result) -> str:
     """passed, FAILED, or for a written answer: written (to grade by hand) / not answered."""
     if result.manual:
@@ -413,7 +399,7 @@ def stamp_problems(chapter: Chapter) -> list[str]:
             kernel = chapter.notebook.metadata.get("kernelspec", {}).get("name")
             what.append(f"the kernelspec names {kernel!r}, not 'python3'")
         problems.append(f"{chapter.rel}: {'; '.join(what)}: run `make stamp` "
-                        "(python tools/exercises.py stamp), which derives both from the "
+                        "(python -m tools.exercises stamp), which derives both from the "
                         "chapter's `#| check` cells and solution markers")
     return problems
 
@@ -500,10 +486,6 @@ def stamp_chapter(chapter: Chapter) -> list[str]:
     cells get their metadata and the pair stays in step; the new cells have no outputs
     until the chapter runs (`make execute NB=...`).
     """
-    import subprocess
-
-    from pairs import pair_text
-
     script = chapter.path.with_suffix(".py")
     if (script.exists() and script.stat().st_mtime > chapter.path.stat().st_mtime
             and pair_text(chapter.path) != script.read_text()):
@@ -595,27 +577,6 @@ def near_misses(chapter: Chapter) -> dict[str, dict[str, str]]:
             for name, by_label in answers.items()}
 
 
-def defined_names(source: str) -> list[str]:
-    """Top-level names a cell binds (def, class, import, assignment targets)."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        else:
-            for child in ast.walk(node):
-                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
-                    names.add(child.id)
-                elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    names.add(child.name)
-    return sorted(names)
-
-
 def verified(chapters: list[Chapter], verbose: bool = False,
              jobs: int = 1) -> Iterator[tuple[Chapter, list[str]]]:
     """(chapter, its problems) for each chapter, in order; `jobs` chapters run at once
@@ -687,9 +648,7 @@ def chapter_for(student_path: Path, explicit: Path | None) -> Chapter:
     """The chapter a notebook belongs to: --chapter, else recognised from its content."""
     if explicit is not None:
         return read_chapter(explicit.resolve().with_suffix(".ipynb"))
-    from gradebook import recognise
-
-    chapter, why = recognise(nbformat.read(student_path, as_version=4), read_book())
+    chapter, why = gradebook.recognise(nbformat.read(student_path, as_version=4), read_book())
     if chapter is None:
         raise BookError(f"{student_path}: {why}; name the chapter with --chapter")
     return chapter
@@ -761,14 +720,10 @@ def main(argv: list[str] | None = None) -> int:
             return write_student_copies(with_exercises(selected(args.chapters)), args.out,
                                         args.force)
         if args.command == "grade":
-            import gradebook
-
             return gradebook.main(args)
         if args.command == "grade-one":
-            import gradebook
-
-            print(json.dumps(gradebook.grade_file(args.notebook, args.chapter, args.timeout,
-                                                  args.protect), ensure_ascii=False))
+            print(json.dumps(grade_file(args.notebook, args.chapter, args.timeout,
+                                        args.protect), ensure_ascii=False))
             return 0
         if args.command == "check":
             chapter = chapter_for(args.notebook, args.chapter)
@@ -801,8 +756,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"out of sync: {problem}", file=sys.stderr)
             return 1 if problems else 0
         if args.command == "course":
-            import nbgrader_course
-
             return nbgrader_course.write_course(args.directory,
                                                 with_exercises(selected(args.chapters)))
         proven, failures, without = 0, 0, 0

@@ -1,9 +1,9 @@
 """Write the corpus that chapter 11 trains on: the Tang poems of npm's chinese-poetry 2.0.1.
 
     pip install opencc                          # OpenCC 1.4.2: the traditional -> simplified step
-    python tools/extract_corpus.py              # writes transformer/corpora/tang_poems.txt.xz
-    python tools/extract_corpus.py --check      # exit 1 if the shipped file differs from a fresh extraction
-    python tools/extract_corpus.py --tarball chinese-poetry-2.0.1.tgz   # a tarball fetched before
+    python -m tools.extract_corpus              # writes transformer/corpora/tang_poems.txt.xz
+    python -m tools.extract_corpus --check      # exit 1 if the shipped file differs from a fresh extraction
+    python -m tools.extract_corpus --tarball chinese-poetry-2.0.1.tgz   # a tarball fetched before
 
 The book never downloads anything at run time: the shipped file is the output of this
 script, and transformer/corpora/README.md states its source and licence. Run it again

@@ -1,6 +1,6 @@
 """A gradebook for a class: grade a folder of returned notebooks, several at a time.
 
-Behind `python tools/exercises.py grade PATH ...` (`make grade NB=folder/ OUT=dir`):
+Behind `python -m tools.exercises grade PATH ...` (`make grade NB=folder/ OUT=dir`):
 
 - every *.ipynb under each PATH is one returned notebook, whatever its name; its
   chapter is recognised from the notebook itself (`recognise`): the chapter a student
@@ -35,14 +35,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebooks import (  # noqa: E402
+from tools.exercise_cells import META_KEY, check_name, in_student_terms
+from tools.notebooks import (
     ROOT,
     BookError,
     Chapter,
@@ -51,7 +51,7 @@ from notebooks import (  # noqa: E402
     stored_seconds,
 )
 
-EXERCISES = Path(__file__).resolve().parent / "exercises.py"
+GRADER = "tools.exercises"  # run as `python -m tools.exercises grade-one ...` from ROOT
 TITLE = re.compile(r"^#\s+(\d+)\s*·")
 COLUMNS = ["file", "student", "chapter", "exercise", "status", "points", "max_points", "message"]
 OUTPUTS = ("gradebook.csv", "summary.csv", "feedback")
@@ -63,11 +63,9 @@ COPY_SUFFIX = re.compile(r"(\s*\(\d+\)|[-_ ]\d+)$")  # "hw3 (1)", "hw3-2": a re-
 def recognise(notebook: nbformat.NotebookNode, chapters: list[Chapter]
               ) -> tuple[Chapter | None, str]:
     """(chapter, how it was recognised) or (None, why not)."""
-    import exercises
-
     chapters = [c for c in chapters if c.checks]  # an appendix has no exercises to grade
     by_name = {c.name: c for c in chapters}
-    recorded = (notebook.metadata.get(exercises.META_KEY) or {}).get("chapter")
+    recorded = (notebook.metadata.get(META_KEY) or {}).get("chapter")
     if recorded in by_name:
         return by_name[recorded], "the chapter recorded in the student copy"
     found: set[str] = set()
@@ -76,7 +74,7 @@ def recognise(notebook: nbformat.NotebookNode, chapters: list[Chapter]
         if cell.cell_type == "code":
             grade_id = ((cell.metadata.get("nbgrader") or {}).get("grade_id")) or ""
             found.update({grade_id, grade_id.removesuffix("-solution"),
-                          exercises.check_name(cell) or ""})
+                          check_name(cell) or ""})
         elif cell.cell_type == "markdown" and title is None:
             for line in cell.source.splitlines():
                 if (match := TITLE.match(line)) is not None:
@@ -225,44 +223,21 @@ def shared_folder(paths: list[Path], root: Path) -> Path:
 
 # --- grading one notebook (in its own process) -------------------------------------
 
-def grade_file(path: Path, chapter_path: Path | None, timeout: int,
-               protect: list[Path] = ()) -> dict:
-    """Grade one notebook; a dict that says what happened, for JSON."""
-    import exercises
-
-    start = time.perf_counter()
-    outcome = {"file": str(path), "chapter": None, "results": [], "error": None}
-    try:
-        notebook = nbformat.read(path, as_version=4)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is reported, not raised
-        outcome["error"] = f"not a readable notebook: {type(err).__name__}: {err}"
-        return outcome
-    if chapter_path is not None:
-        chapter = read_chapter(chapter_path.resolve().with_suffix(".ipynb"))
-    else:
-        chapter, why = recognise(notebook, read_book())
-        if chapter is None:
-            outcome["error"] = why
-            return outcome
-    outcome["chapter"] = chapter.name
-    results = exercises.grade(notebook, chapter, timeout=timeout, protect=list(protect))
-    outcome["results"] = [asdict(r) for r in results]
-    outcome["seconds"] = round(time.perf_counter() - start, 1)
-    return outcome
-
-
 def run_worker(path: Path, chapter: Chapter | None, timeout: int, threads: int,
                protect: list[Path] = ()) -> dict:
-    """Grade one notebook in a child process (with its own kernel); never raises."""
-    command = [sys.executable, str(EXERCISES), "grade-one", str(path),
+    """Grade one notebook in a child process (with its own kernel); never raises.
+
+    The child is `python -m tools.exercises grade-one`, started in the repository root
+    (where `tools` imports), so the paths it is given are absolute."""
+    command = [sys.executable, "-m", GRADER, "grade-one", str(path.resolve()),
                "--timeout", str(timeout)]
     if chapter is not None:
         command += ["--chapter", str(chapter.path)]
     for folder in protect:
-        command += ["--protect", str(folder)]
+        command += ["--protect", str(Path(folder).resolve())]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env, start_new_session=True)
+                               text=True, env=env, cwd=ROOT, start_new_session=True)
     base = {"file": str(path), "chapter": chapter.name if chapter else None, "results": []}
     try:
         out, err = process.communicate(timeout=timeout + 60)
@@ -276,8 +251,9 @@ def run_worker(path: Path, chapter: Chapter | None, timeout: int, threads: int,
         except ProcessLookupError:
             pass
     try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
+        outcome = json.loads(out.strip().splitlines()[-1])
+        return {**outcome, "file": str(path)}  # as given: the gradebook's rows name it so
+    except (json.JSONDecodeError, IndexError, TypeError):
         tail = " | ".join(err.strip().splitlines()[-3:])
         return {**base, "error": f"the grader failed on this notebook (exit {process.returncode}): "
                                  f"{tail[-400:]}"}
@@ -310,8 +286,6 @@ def status_of(result: dict) -> str:
 
 def rows_of(outcome: dict, student: str, chapters: dict[str, Chapter]) -> list[dict]:
     """Gradebook rows for one graded notebook (a written answer's row holds its text)."""
-    import exercises
-
     file, chapter = outcome["file"], outcome.get("chapter") or ""
     if outcome.get("results"):
         rows = []
@@ -320,7 +294,7 @@ def rows_of(outcome: dict, student: str, chapters: dict[str, Chapter]) -> list[d
             if r.get("manual"):
                 message = r.get("answer") or ""
             else:
-                message = exercises.in_student_terms(r["detail"]) if r["detail"] else ""
+                message = in_student_terms(r["detail"]) if r["detail"] else ""
             rows.append({"file": file, "student": student, "chapter": chapter,
                          "exercise": r["name"], "status": status,
                          "points": "" if status == "to grade by hand" else r["points"],
@@ -433,7 +407,7 @@ def refuse_to_overwrite(out: Path, force: bool) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`exercises.py grade`: grade, print progress and a summary, write the gradebook."""
+    """`python -m tools.exercises grade`: grade, print progress and a summary, write the gradebook."""
     out = args.out.resolve()
     refuse_to_overwrite(out, args.force)
     roster = Roster.read(args.roster) if args.roster else None

@@ -1,7 +1,7 @@
 """Grading guard: every check runs on the real torch, numpy, math and builtins.
 
 Loaded into the kernel when it starts, before any notebook code, by the book's grader
-(`tools/exercises.py grade` and `check`, and `verify`) and by nbgrader (the course's
+(`python -m tools.exercises grade` and `check`, and `verify`) and by nbgrader (the course's
 `nbgrader_config.py` passes `kernel_arguments()` to the kernel). It is not loaded when
 a reader runs a chapter.
 
@@ -100,8 +100,9 @@ def _resolve(dotted: str):
     return None
 
 
-def _names_read(source: str) -> set[str]:
-    """Global names a check reads and does not bind itself."""
+def names_read(source: str) -> set[str]:
+    """Global names a check reads and does not bind itself (also for
+    tools/exercise_proof.py: which of them the proof asks the guard about)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -308,7 +309,7 @@ class Guard:
         problems = []
         if namespace.get("__builtins__", builtins) not in (builtins, vars(builtins)):
             problems.append("`__builtins__` was replaced")
-        for name in sorted(_names_read(source)):
+        for name in sorted(names_read(source)):
             if name not in namespace:
                 continue
             value = namespace[name]

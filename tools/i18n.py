@@ -1,9 +1,9 @@
 """The Chinese edition: the chapters' prose translated unit by unit, kept beside the English.
 
-    python tools/i18n.py extract [NAME ...]   write or refresh the catalogues from the English
-    python tools/i18n.py check                exit 1 naming each unit without a current translation
-    python tools/i18n.py diff [NAME ...]      each stale unit: new English, old English, old Chinese
-    python tools/i18n.py build [--out DIR]    the Chinese notebooks, _build/zh/chapters/NN_name.ipynb
+    python -m tools.i18n extract [NAME ...]   write or refresh the catalogues from the English
+    python -m tools.i18n check                exit 1 naming each unit without a current translation
+    python -m tools.i18n diff [NAME ...]      each stale unit: new English, old English, old Chinese
+    python -m tools.i18n build [--out DIR]    the Chinese notebooks, _build/zh/chapters/NN_name.ipynb
 
 NAME is a chapter's file stem (01_embedding); without one, every chapter in the edition
 (EDITION below, the one list of them). The English chapters are the source. Each chapter
@@ -30,7 +30,7 @@ referencing the file that writes it.
 - build: the Chinese notebook of each chapter: markdown translated unit by unit (refused
   while check fails), code cells and outputs untouched, each figure's Chinese caption
   and alt text in its cell's metadata (`i18n`), which the site uses. The Chinese site is
-  `make zh` (tools/website.py --language zh), from these notebooks, the build's table
+  `make zh` (python -m tools.website --language zh), from these notebooks, the build's table
   and the site's own Chinese pages (book/locale/zh_CN/pages/, whose typography the check
   lints too).
 
@@ -56,9 +56,7 @@ import polib
 from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebooks import CHAPTERS, ROOT  # noqa: E402
-from website import figure_options  # noqa: E402
+from tools.notebooks import CHAPTERS, ROOT, figure_options
 
 # The chapters in the Chinese edition, in the book's order: the check covers exactly these,
 # and the build writes exactly these. A chapter joins once its catalogue is translated.
@@ -399,7 +397,7 @@ def entry_problems(entry: polib.POEntry) -> list[str]:
         return ["untranslated (empty msgstr)"]
     if "fuzzy" in entry.flags:
         return ["fuzzy: the English changed since it was translated "
-                "(`python tools/i18n.py diff` shows how; fix the Chinese, remove `#, fuzzy`)"]
+                "(`python -m tools.i18n diff` shows how; fix the Chinese, remove `#, fuzzy`)"]
     found = mismatches(entry.msgid, entry.msgstr) + typography(entry.msgstr)
     if "\n" in entry.msgstr:
         found.append("a line break: a unit's Chinese is one line (Markdown would show a space)")
@@ -434,7 +432,7 @@ def chapter_problems(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE
     path = catalogue_path(name, locale)
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.exists():
-        return [f"{shown}: no catalogue; run `python tools/i18n.py extract {name}`"]
+        return [f"{shown}: no catalogue; run `python -m tools.i18n extract {name}`"]
     po = load(path)
     units = chapter_units(notebook)
     entries = {(e.msgctxt, e.msgid): e for e in po if not e.obsolete}
@@ -452,10 +450,10 @@ def chapter_problems(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE
             if guess.previous_msgid:
                 found.append(f"{where}: stale: its English changed since it was translated "
                              f"({changes(guess.previous_msgid, unit.msgid, context=4)}); run "
-                             f"`python tools/i18n.py extract {name}`, then `diff`: "
+                             f"`python -m tools.i18n extract {name}`, then `diff`: "
                              f"{_short(unit.msgid)!r}")
             else:
-                found.append(f"{where}: missing from {shown}; run `python tools/i18n.py "
+                found.append(f"{where}: missing from {shown}; run `python -m tools.i18n "
                              f"extract {name}`: {_short(unit.msgid)!r}")
             continue
         for problem in entry_problems(entry):
@@ -466,8 +464,8 @@ def chapter_problems(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE
     for key, entry in entries.items():
         if key not in keys and not any(
                 e.previous_msgid == entry.msgid for e in fresh.values()):
-            found.append(f"{shown}:{entry.linenum}: no longer in the chapter; run `python "
-                         f"tools/i18n.py extract {name}` to mark it obsolete: "
+            found.append(f"{shown}:{entry.linenum}: no longer in the chapter; run `python -m "
+                         f"tools.i18n extract {name}` to mark it obsolete: "
                          f"{_short(entry.msgid)!r}")
     return found
 
@@ -586,7 +584,7 @@ def chinese_notebook(notebook: nbformat.NotebookNode, catalogue: dict, table: di
             return catalogue[context, msgid]
         except KeyError:
             raise SystemExit(f"no current translation of {_short(msgid)!r}: run "
-                             "`python tools/i18n.py check`") from None
+                             "`python -m tools.i18n check`") from None
 
     for cell in result.cells:
         if cell.cell_type == "markdown":

@@ -1,6 +1,6 @@
 """`make install`'s installer: uv, configured as pip is configured on this machine.
 
-    python tools/install.py [--uv-override FILE] ARGS...     (with the environment's Python)
+    python -m tools.install [--uv-override FILE] ARGS...     (with the environment's Python)
 
 installs ARGS (what `pip install` would take: `-r requirements-dev.txt`, `--no-deps -e .`)
 into the environment of the Python that runs this file; uv also gets `--override FILE`

@@ -1,4 +1,4 @@
-"""Lay out an nbgrader course for the book: `python tools/exercises.py course DIR`.
+"""Lay out an nbgrader course for the book: `python -m tools.exercises course DIR`.
 
 DIR/nbgrader_config.py and DIR/source/NN_name/NN_name.ipynb, one assignment per
 chapter (the chapter notebook as committed, nbgrader's metadata already in it, less
@@ -20,20 +20,18 @@ work, nor the book's repository; it may read its own folder).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import grading_guard  # noqa: E402
-from notebooks import PACKAGE, ROOT, Chapter  # noqa: E402
+from tools import grading_guard
+from tools.notebooks import PACKAGE, ROOT, Chapter
 
 CELL_TIMEOUT = 900  # seconds; chapter 09 trains for about two minutes in one cell
 
 CONFIG = '''\
 # nbgrader configuration for the course "Building a Transformer, step by step".
-# Written by `python tools/exercises.py course` from {root}.
+# Written by `python -m tools.exercises course` from {root}.
 c = get_config()  # noqa: F821 - provided by nbgrader
 
 c.CourseDirectory.course_id = "transformer-book"

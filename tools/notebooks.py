@@ -15,7 +15,9 @@ A chapter is `chapters/NN_name.ipynb`, paired with `chapters/NN_name.py`
   (nbgrader's markers) run when grading but are left out of student copies;
 - a markdown cell whose first line is `<!-- #| answer NAME points=N -->` is a written
   answer, graded by hand (nbgrader's "manually graded answer"): the rest of the cell is
-  the teacher's model answer, which a student copy replaces by `YOUR ANSWER HERE`.
+  the teacher's model answer, which a student copy replaces by `YOUR ANSWER HERE`;
+- `#| fig-cap: ...` and `#| fig-alt: ...` lines in a code cell give its figure's
+  caption and alt text (`figure_options`: the site and the Chinese edition read them).
 
 nbgrader reads the same markers (it finds them anywhere in a line, markdown
 included), so the marker text appears nowhere else: `marker_problems` says where
@@ -278,6 +280,33 @@ def strip_hidden_tests(source: str) -> str:
     for begin, end in reversed(hidden_test_regions(source)):
         del lines[begin:end + 1]
     return "\n".join(lines)
+
+
+# A figure's caption and alt text, written in its cell as Quarto writes cell options; a
+# line `#|` indented by two more spaces continues the option above it:
+#   #| fig-cap: Attention weights of the running example: each row sums to 1.
+#   #| fig-alt: A 5 by 5 heat map whose brightest square in each row is on
+#   #|   the diagonal.
+FIGURE_OPTION = re.compile(r"^\s*#\|\s*(fig-cap|fig-alt)\s*:\s*(.*?)\s*$")
+OPTION_CONTINUED = re.compile(r"^\s*#\|\s{2,}(\S.*?)\s*$")
+
+
+def figure_options(source: str) -> tuple[dict[str, str], str]:
+    """({'fig-cap': ..., 'fig-alt': ...}, the source without those lines) for a cell's
+    `#| fig-cap:` / `#| fig-alt:` lines and their continuations."""
+    options: dict[str, str] = {}
+    kept: list[str] = []
+    current = None
+    for line in source.splitlines():
+        if match := FIGURE_OPTION.match(line):
+            current = match.group(1)
+            options[current] = match.group(2)
+        elif current and (match := OPTION_CONTINUED.match(line)):
+            options[current] += " " + match.group(1)
+        else:
+            current = None
+            kept.append(line)
+    return {k: v.strip().strip("\"'") for k, v in options.items()}, "\n".join(kept)
 
 
 # --- nbgrader cell metadata, derived from the conventions above ------------------

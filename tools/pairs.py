@@ -1,6 +1,6 @@
 """Check that each chapter's .ipynb and its jupytext .py pair hold the same cells.
 
-    python tools/pairs.py --check    exit 1 and name each pair that disagrees
+    python -m tools.pairs --check    exit 1 and name each pair that disagrees
 
 The .py pair is what `jupytext` writes from the notebook (py:percent); a
 mismatch means one side was edited and the other was not synced.
@@ -14,8 +14,7 @@ from pathlib import Path
 
 import jupytext
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from notebooks import CHAPTERS, ROOT  # noqa: E402
+from tools.notebooks import CHAPTERS, ROOT
 
 
 def pair_text(notebook_path: Path) -> str:

@@ -1,6 +1,6 @@
 """The whole book as one PDF, printed by Chromium from the website: `make pdf`.
 
-    python tools/pdf.py [--edition full|student] [--out FILE] [--paper A4|Letter] [--chapters NN ...]
+    python -m tools.pdf [--edition full|student] [--out FILE] [--paper A4|Letter] [--chapters NN ...]
 
 What it holds: a title page, a table of contents with page numbers, the landing page,
 every chapter in order (formulas typeset by MathJax, figures, Chinese text, code and
@@ -37,10 +37,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import website  # noqa: E402
-from notebooks import CHAPTERS, ROOT, read_book  # noqa: E402
-from project_info import package_version, repository_url  # noqa: E402
+from tools import website
+from tools.notebooks import CHAPTERS, ROOT, read_book
+from tools.project_info import package_version, repository_url
 
 BACK_MATTER = ["glossary", "sources", "teachers"]  # after the chapters, in this order
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",

@@ -1,7 +1,7 @@
 """Write the Python code blocks of the README's programmer section into one file, in order,
 so that type checkers can read them as a program (`make lint` runs mypy and pyright on it).
 
-    python tools/readme_code.py OUT.py
+    python -m tools.readme_code OUT.py
 
 A block may use the names of the blocks before it, as a reader of the section does.
 """
@@ -24,7 +24,7 @@ def programmer_blocks(readme: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python tools/readme_code.py OUT.py", file=sys.stderr)
+        print("usage: python -m tools.readme_code OUT.py", file=sys.stderr)
         return 2
     blocks = programmer_blocks((ROOT / "README.md").read_text(encoding="utf-8"))
     if not blocks:

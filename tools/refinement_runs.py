@@ -1,8 +1,8 @@
 """Chapter 13's comparison, trained ahead of time: six variants of the language model, 14 runs.
 
     make refinements                                  # every run (see the README for the time)
-    python tools/refinement_runs.py --steps 20 --seeds 0 --out /tmp/try.json   # a quick try
-    python tools/refinement_runs.py --corpus my_poems.txt --out /tmp/mine.json  # another corpus
+    python -m tools.refinement_runs --steps 20 --seeds 0 --out /tmp/try.json   # a quick try
+    python -m tools.refinement_runs --corpus my_poems.txt --out /tmp/mine.json  # another corpus
 
 A run is chapter 12's train command (`train_from_config`) with
 transformer/configs/refinements.toml, the variant's model keys (`variants()`: chapter 13's
@@ -100,7 +100,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
     from transformer.distributed import _read_config_file, load_config
 
     base = _read_config_file(CONFIG)

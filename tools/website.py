@@ -1,6 +1,6 @@
 """Build the book's website from executed chapter notebooks (Sphinx + MyST-NB).
 
-    python tools/website.py [--notebooks DIR] [--edition full|student] [--language en|zh]
+    python -m tools.website [--notebooks DIR] [--edition full|student] [--language en|zh]
                             [--out DIR] [--clean]
 
 DIR holds executed NN_name.ipynb files (default: the committed chapters/, whose
@@ -57,10 +57,10 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exercises import strip_solutions, student_copy  # noqa: E402
-from export import TOP_LEVEL, public_names  # noqa: E402
-from notebooks import (  # noqa: E402
+from tools.exercise_cells import strip_solutions
+from tools.exercises import student_copy
+from tools.export import TOP_LEVEL, public_names
+from tools.notebooks import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
     CHAPTERS,
@@ -71,10 +71,11 @@ from notebooks import (  # noqa: E402
     Chapter,
     check_directive,
     directive,
+    figure_options,
     read_book,
     solution_regions,
 )
-from project_info import python_versions  # noqa: E402
+from tools.project_info import python_versions
 
 BOOK = ROOT / "book"
 ZH_PAGES = BOOK / "locale" / "zh_CN" / "pages"  # the Chinese site's own pages (its landing page)
@@ -131,10 +132,10 @@ SOLUTION_PROMPTS = {"code_prompt_show": "Show a solution", "code_prompt_hide": "
 
 def _(english: str, language: str = "en") -> str:
     """A string the build writes, in the site's language: the Chinese is in the edition's
-    table, book/locale/zh_CN/LC_MESSAGES/build.po, which `tools/i18n.py check` keeps complete."""
+    table, book/locale/zh_CN/LC_MESSAGES/build.po, which `python -m tools.i18n check` keeps complete."""
     if language == "en":
         return english
-    from i18n import build_table
+    from tools.i18n import build_table
 
     table = build_table()
     if english not in table:
@@ -218,13 +219,6 @@ def symbol_chapters(chapters: list[Chapter]) -> dict[str, tuple[int, str, str]]:
 # in a quiet label what the first one meant.
 TEST_DIRECTIVE = re.compile(r"^\s*#\s*NBVAL_[A-Z_]+\s*$")
 HIDDEN_MARKER = re.compile(rf"^\s*({re.escape(BEGIN_HIDDEN)}|{re.escape(END_HIDDEN)})\s*$")
-# A figure's caption and alt text, written in its cell as Quarto writes cell options; a
-# line `#|` indented by two more spaces continues the option above it:
-#   #| fig-cap: Attention weights of the running example: each row sums to 1.
-#   #| fig-alt: A 5 by 5 heat map whose brightest square in each row is on
-#   #|   the diagonal.
-FIGURE_OPTION = re.compile(r"^\s*#\|\s*(fig-cap|fig-alt)\s*:\s*(.*?)\s*$")
-OPTION_CONTINUED = re.compile(r"^\s*#\|\s{2,}(\S.*?)\s*$")
 
 
 def _tag(cell: nbformat.NotebookNode, *tags: str) -> None:
@@ -240,24 +234,6 @@ def _without_markers(source: str) -> str:
 def has_figure(cell: nbformat.NotebookNode) -> bool:
     return any(o.get("data", {}).keys() & {"image/png", "image/svg+xml", "image/jpeg"}
                for o in cell.get("outputs", []))
-
-
-def figure_options(source: str) -> tuple[dict[str, str], str]:
-    """({'fig-cap': ..., 'fig-alt': ...}, the source without those lines) for a cell's
-    `#| fig-cap:` / `#| fig-alt:` lines and their continuations."""
-    options: dict[str, str] = {}
-    kept: list[str] = []
-    current = None
-    for line in source.splitlines():
-        if match := FIGURE_OPTION.match(line):
-            current = match.group(1)
-            options[current] = match.group(2)
-        elif current and (match := OPTION_CONTINUED.match(line)):
-            options[current] += " " + match.group(1)
-        else:
-            current = None
-            kept.append(line)
-    return {k: v.strip().strip("\"'") for k, v in options.items()}, "\n".join(kept)
 
 
 def imports_from_package(chapter: Chapter) -> dict[str, list[str]]:
@@ -378,7 +354,7 @@ def reading_copy(chapter: Chapter, chapters: list[Chapter], edition: str = "full
         cell.source = "\n".join(kept).strip("\n")
         if has_figure(cell):
             figures += 1
-            if language != "en":  # the Chinese notebook's (tools/i18n.py build)
+            if language != "en":  # the Chinese notebook's (python -m tools.i18n build)
                 options.update({k: v for k, v in cell.metadata.get("i18n", {}).items()
                                 if k in ("fig-cap", "fig-alt")})
             caption = options.get("fig-cap", "")
@@ -593,7 +569,7 @@ def assemble(chapters: list[Chapter], site: Site = Site()) -> tuple[int, str]:
     wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
     wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters, site.language)
     if site.language != "en":
-        from i18n import EDITION_NOTE
+        from tools.i18n import EDITION_NOTE
 
         wanted[src / GENERATED / "edition_note.md"] = "> " + _(EDITION_NOTE, site.language) + "\n"
     before = {p for p in src.rglob("*") if p.is_file()} if src.exists() else set()
@@ -835,7 +811,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.language == "zh":
         if args.edition != "full":
             raise SystemExit("the Chinese site has the full edition only, for now")
-        import i18n
+        from tools import i18n
 
         out = (args.out or BUILD / "zh").resolve()
         i18n.build(out=out, chapters=args.notebooks.resolve())  # out/chapters/NN_name.ipynb

@@ -1,6 +1,6 @@
 """Near-miss answers to chapter 12's exercises: mistakes students really make.
 
-`python tools/exercises.py verify` proves that each exercise's check fails on each
+`python -m tools.exercises verify` proves that each exercise's check fails on each
 answer below (as it fails on the stub) and passes on the solution. Each answer is
 the whole source of the exercise's solution cell, as a student would return it.
 """
