@@ -53,8 +53,8 @@ def encode(sentence: str) -> torch.Tensor:
 # in a different order. Any computation that treats every position alike and then
 # combines them by a sum cannot tell the two apart. We try one: a random layer with a ReLU
 # applied to each vector, then summed over positions (attention, chapter 03, is of this
-# kind: the same projections at every position, then weighted sums). We call the sentences
-# $[A, B, C]$ and $[C, B, A]$: as far as the vectors go, they are one sentence.
+# kind: the same projections at every position, then weighted sums). Write the sentences
+# as $[A, B, C]$ and $[C, B, A]$: as a set of vectors, they are one sentence.
 
 # %%
 d_model = 16
@@ -101,9 +101,9 @@ print("order-blind summary, max |f(a) - f(b)|:",
 # distinguish neighbours and the slow hands tell far-apart positions apart. Every entry lies in
 # $[-1, 1]$, and since $\sin^2 + \cos^2 = 1$ for each pair,
 #
-# $$\lVert PE(pos) \rVert = \sqrt{d_{\text{model}}/2} \quad\text{for every } pos,$$
+# $$\lVert PE(pos) \rVert = \sqrt{d_{\text{model}}/2}$$
 #
-# the size that chapter 01's $\sqrt{d_{\text{model}}}$ scale was measured against.
+# at every position $pos$: the size that chapter 01's $\sqrt{d_{\text{model}}}$ scale was measured against.
 #
 # **The relative-offset property.** Read pair $i$ as a clock hand, the point
 # $(x, y) = (\cos \omega_i pos,\ \sin \omega_i pos)$ of the plane (section 6 draws it so).
@@ -209,7 +209,7 @@ def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
 # time, enough for four entries, and an entry is kept when its 16 bits, read as an
 # integer in $[-32768, 32767]$, are at least $-32768 + \operatorname{round}(65536\,p)$.
 # That rounds $p$ to a multiple of $1/65536$ ($0.1$ becomes $0.100006$); the survivors
-# are scaled by $1/(1-p)$ of the rounded $p$, so the expected value is still exact.
+# are scaled by $1/(1-p')$, with $p'$ the rounded $p$, so the expected value is still exact.
 # On a GPU, PyTorch's dropout is one fused kernel, and `dropout` hands over to it, as it
 # does inside `torch.compile`, which generates its own.
 

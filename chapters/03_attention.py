@@ -426,8 +426,8 @@ assert gap_bare < 1e-5 and gap_pos > 0.1
 # Unit variance is an assumption, not what a fresh layer gives. PyTorch's default
 # `nn.Linear(d_model, d_k)` draws its weights (and bias) from
 # $\mathcal U(\pm 1/\sqrt{d_{\text{model}}})$, of variance $1/(3 d_{\text{model}})$, so a
-# component of $q$, a sum of $d_{\text{model}}$ products, gets on average a third of the
-# input's mean square, plus $1/(3 d_{\text{model}})$ from the bias. One small head scatters
+# component of $q$, a sum of $d_{\text{model}}$ products, has on average a variance of a
+# third of the input's mean square, plus $1/(3 d_{\text{model}})$ from the bias. One small head scatters
 # around that average. Measured on the running example, for our head of section 4 and for
 # 200 fresh heads of the same size:
 
@@ -669,9 +669,9 @@ assert reach["recurrent"] == [[0], list(range(T_PATH))]
 
 # %% [markdown]
 # One attention layer connects every pair of positions directly: a path of length 1, in
-# both directions. The convolution connects neighbours only; stacking layers widens its
-# reach by $k - 1 = 2$ positions each, so the first and the last of $n$ positions meet only
-# after about $n/2$ layers. The recurrent layer does carry the first input to the last
+# both directions. The convolution connects neighbours only; each layer stacked on it
+# widens an output's reach by one position on either side ($k - 1 = 2$ in all), so the
+# last output reads the first input only after $n - 1$ layers. The recurrent layer does carry the first input to the last
 # output, but through $n - 1$ updates of its state, each a multiplication by $W_h$ that may
 # shrink what the first word said or blow it up (the vanishing and exploding gradients of
 # RNNs). And those updates cannot run side by side: step $t$ needs $h_{t-1}$.

@@ -389,7 +389,7 @@ except TypeError as err:
 # * a fully padded source sentence (an empty line in the data, or a batch padded to a
 #   fixed size): every cross-attention query sees only pads;
 # * **left** padding, common when batching prompts for generation: the first position is
-#   `<pad>`, the causal mask lets it see only itself, and the padding mask hides itself.
+#   `<pad>`, the causal mask lets it see only itself, and the padding mask hides it.
 #
 # Attention written straight from the formula, with
 # `scores.masked_fill(mask == 0, float("-inf"))` or an added $-\infty$ matrix, does exactly
@@ -434,7 +434,7 @@ assert "[0, 1, 2, 3], NaN in gradient: True" in lines[1] and "[], NaN in gradien
 #
 # A common patch is $-10^9$ instead of $-\infty$. It fails twice. In half precision
 # $-10^9$ is out of range (float16 stops near $-65504$): `masked_fill` refuses it, and an
-# additive mask stored in float16 holds $-\infty$ again. In full precision it removes the
+# additive mask stored in float16 holds $-\infty$ again. In float32 it removes the
 # NaN but makes an empty row attend **uniformly** to every key, pads and future tokens
 # alike, so garbage flows on instead of nothing:
 
@@ -650,7 +650,7 @@ for name, call in bad_calls.items():
 
 # %% [markdown]
 # ### Exercise 1 · A sliding-window causal mask
-# Some language models (Longformer, Mistral) let each position read only the most recent
+# Some language models (Mistral 7B, for one) let each position read only the most recent
 # keys: query $i$ may attend to key $j$ when $j \le i$ **and** $i - j <$ `window`, so it
 # sees itself and the `window - 1` keys before it. Write `sliding_window_mask(size,
 # window)` returning a bool tensor `[size, size]` (query axis first) with True exactly
@@ -758,8 +758,8 @@ print("ex2 passed")
 # and compares the softmax with `scaled_dot_product_attention`'s weights (float32 and
 # float64), on rows that see at least one key. (Added to a score of $-16$ or less in
 # float16, that number overflows to $-\infty$, as section 6 says: harmless in a row that
-# sees a key, NaN in a row that sees none. That is why our function writes it over the
-# scores instead.)
+# sees a key, NaN in a row that sees none. That is why chapter 03's `scaled_dot_product_attention`
+# writes it over the scores instead.)
 
 # %%
 def additive_mask(mask, dtype):
@@ -893,7 +893,7 @@ print("ex4 passed")
 # additive mask of 0 and $-\infty$ and adds it to the scores before the softmax. A query
 # that may attend to no key at all (a padded query under a padding mask, say) then gets a
 # row of NaN, and the NaN spreads. Write `masked_softmax(scores, mask)`, a corrected
-# version: the same weights on every row that sees at least one key, **zeros** on a row
+# version: the same weights as the buggy one on every row that sees at least one key, **zeros** on a row
 # that sees none, and a gradient that is finite everywhere (`backward()` through it must
 # not produce NaN). `mask` (bool, True = may attend) broadcasts against
 # `scores [..., Tq, Tk]`. The check compares with the weights of our

@@ -115,8 +115,8 @@ wide_head = NeighbourModel(SingleHeadSelfAttention(4 * D_TOY), d_model=4 * D_TOY
 wide_head_acc = train_neighbours(wide_head)
 
 # %% [markdown]
-# The accuracies depend on a little floating-point accumulation, so nbval ignores the
-# printed values; the assertion after them states what must hold.
+# The accuracies vary in their last digits with the order of floating-point sums, so nbval
+# ignores the printed values; the assertion after them states what must hold.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -649,7 +649,7 @@ assert torch.equal(mha.merge_heads(qh), q)
 print("head i = feature slice i; merge_heads(split_heads(x)) == x")
 
 # %% [markdown]
-# ### The parameter count equals one head of width d_model
+# ### The parameter count equals one head of width $d_\text{model}$
 #
 # Counting the parameters for several head counts at `d_model = 512` (the paper's base
 # model): the count is $4(d_\text{model}^2 + d_\text{model})$ every time, the same as chapter
@@ -1208,8 +1208,8 @@ print("ex4 passed")
 # <!-- #| answer ex4-why points=1 -->
 # `reshape` only needs the number of elements to match; it reads the values in memory
 # order, and the memory of `[B, h, T, d_k]` holds all positions of head 0 first, so the
-# first row of the result gets the first $h$ positions of head 0 instead of position 0 of
-# every head: the right shape with the wrong contents. The two orders coincide, and the
+# first row of the result is filled from head 0's positions (the first $h$ of them, running
+# on into head 1 when $h > T$) instead of from position 0 of every head: the right shape with the wrong contents. The two orders coincide, and the
 # bug is invisible, when there is one head ($h = 1$) or one position ($T = 1$), which is
 # exactly what a quick test with a single token or a single head would try.
 

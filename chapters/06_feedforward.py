@@ -556,7 +556,7 @@ print("ex3 passed")
 # A ReLU unit whose input is negative outputs 0 and passes no gradient back. Measure how
 # many of the FFN's hidden units are silent at initialisation. Build
 # `FeedForward(128, 512, dropout=0.0)` with `torch.manual_seed(0)`, feed it
-# `torch.randn(16, 10, 128)` (seeded the same way right after), and store in `silent_relu`
+# `torch.randn(16, 10, 128)` (drawn right after, from the same seeded stream), and store in `silent_relu`
 # the fraction of the hidden activations $\max(0, xW_1 + b_1)$ that are exactly 0 (a
 # Python float). Do the same with `activation="gelu"` and store the fraction of exact
 # zeros in `silent_gelu`. The check measures again on inputs of its own.

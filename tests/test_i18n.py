@@ -21,6 +21,7 @@ import pytest
 from tools import i18n
 
 ROOT = Path(__file__).resolve().parent.parent
+CHAPTERS = ROOT / "chapters"
 
 NAME = "01_embedding"
 SENTENCE = "The trouble is that arithmetic on ids means nothing."  # in cell 5339f800
@@ -72,7 +73,10 @@ def test_the_repository_passes_in_seconds():
 
 
 def test_the_edition_is_one_list_and_every_chapter_in_it_has_a_catalogue():
-    assert i18n.EDITION == ("01_embedding",)
+    chapters = sorted(path.stem for path in CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+    catalogues = {path.stem for path in (i18n.LOCALE / "chapters").glob("*.po")}
+    assert list(i18n.EDITION) == [name for name in chapters if name in i18n.EDITION]  # the book's order
+    assert set(i18n.EDITION) == catalogues  # no catalogue left out of the edition, none missing
     for name in i18n.EDITION:
         assert i18n.catalogue_path(name).exists()
         assert i18n.chapter_problems(name) == []
