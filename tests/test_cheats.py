@@ -37,7 +37,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import exercises
+from tools import exercise_verify, exercises
 from tools.notebooks import BEGIN_SOLUTION, END_SOLUTION, read_chapter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ def issue_answer(answers: dict[str, str], which: int) -> str:
 
 def submission(chapter, released: nbformat.NotebookNode, student: str) -> nbformat.NotebookNode:
     notebook = nbformat.from_dict(released)
-    wrong = exercises.near_misses(chapter)
+    wrong = exercise_verify.near_misses(chapter)
     for cell in notebook.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
         if not cell.metadata.get("nbgrader", {}).get("solution") or cell.cell_type != "code":
@@ -80,7 +80,7 @@ def test_the_issue_class_scores_nothing_through_nbgrader_and_make_grade(tmp_path
     chapters = [read_chapter(ROOT / "chapters" / f"{name}.ipynb") for name in CHAPTERS]
     # the two issue students hand in every listed answer: no exercise lists more than two
     listed = {(chapter.name, name): sum("(issue 20)" in label for label in answers)
-              for chapter in chapters for name, answers in exercises.near_misses(chapter).items()}
+              for chapter in chapters for name, answers in exercise_verify.near_misses(chapter).items()}
     assert sum(listed.values()) == 14 and max(listed.values()) == 2, listed
     course = tmp_path / "course"
     subprocess.run([sys.executable, "-m", "tools.exercises", "course", str(course),

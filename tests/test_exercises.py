@@ -6,7 +6,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import execute, exercise_cells, exercises
+from tools import (
+    execute,
+    exercise_cells,
+    exercise_table,
+    exercise_verify,
+    exercises,
+    grading,
+    stamping,
+    student_copies,
+)
 from tools.notebooks import read_book, read_chapter, solution_regions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +63,7 @@ def test_strip_solutions_keeps_the_indent_and_drops_every_solution_line():
 
 def test_every_chapter_student_copy_holds_no_solution_text():
     for chapter in read_book():
-        student = exercises.student_copy(chapter.notebook)
+        student = student_copies.student_copy(chapter.notebook)
         for cell, original in zip(student.cells, chapter.notebook.cells, strict=True):
             if original.cell_type != "code":
                 continue
@@ -81,17 +90,17 @@ NEAR_MISSES = {
 
 
 def test_solutions_pass_and_stubs_and_near_misses_fail(chapter):
-    assert exercises.structure_problems(chapter) == []
-    solved = exercises.grade(chapter.notebook, chapter)
+    assert exercise_verify.structure_problems(chapter) == []
+    solved = grading.grade(chapter.notebook, chapter)
     assert [(r.name, r.passed) for r in solved] == [
         ("ex1-add", True), ("ex2-square", True), ("ex3-answer", True), ("ex4-neg", True)]
-    assert exercises.verify(chapter, answers=NEAR_MISSES) == []
+    assert exercise_verify.verify(chapter, answers=NEAR_MISSES) == []
 
 
 def test_verify_flags_a_near_miss_that_the_check_lets_through(chapter):
     answers = {**NEAR_MISSES, "ex2-square": {**NEAR_MISSES["ex2-square"],
                                              "abs-square": "def square(x):\n    return abs(x) * x"}}
-    assert exercises.verify(chapter, answers=answers) == [
+    assert exercise_verify.verify(chapter, answers=answers) == [
         'check `ex2-square` passes on near-miss "abs-square": it cannot tell that answer '
         "from the solution"]
 
@@ -100,14 +109,14 @@ def test_a_wrong_answer_cannot_pass_on_what_the_solution_left_behind(chapter):
     # The stub of `answer = 42` raises before assigning: unless verify forgets the
     # solution's `answer` first, the check would still see 42 and pass.
     answers = {**NEAR_MISSES, "ex3-answer": {"assigns nothing": "pass", "off by one": "answer = 41"}}
-    problems = exercises.verify(chapter, answers=answers)
+    problems = exercise_verify.verify(chapter, answers=answers)
     assert problems == [], problems
 
 
 def test_verify_wants_two_near_misses_per_check_and_known_names(chapter):
     answers = {"ex1-add": NEAR_MISSES["ex1-add"], "ex2-square": {"doubles": "def square(x):\n    return 2 * x"},
                "ex9-nothing": {"a": "x = 1"}}
-    problems = exercises.verify(chapter, answers=answers)
+    problems = exercise_verify.verify(chapter, answers=answers)
     assert any("names `ex9-nothing`, which is no check" in p for p in problems), problems
     assert any("`ex2-square` has 1 near-miss" in p for p in problems), problems
     assert any("`ex3-answer` has 0 near-miss" in p for p in problems), problems
@@ -119,21 +128,21 @@ def test_defined_names_covers_defs_imports_and_assignments():
 
 
 def test_grading_reports_each_exercise_and_does_not_stop_at_the_first_failure(chapter):
-    student = exercises.student_copy(chapter.notebook)
+    student = student_copies.student_copy(chapter.notebook)
     # The student solves exercises 2 and 3 (3 wrongly) and leaves 1 and 4 as the stub.
     student.cells[3].source = "def square(x):\n    return x * x"
     student.cells[5].source = "answer = 41"
-    results = {r.name: r for r in exercises.grade(student, chapter)}
+    results = {r.name: r for r in grading.grade(student, chapter)}
     assert not results["ex1-add"].passed and "NotImplementedError" in results["ex1-add"].detail
     assert results["ex2-square"].passed
     assert not results["ex3-answer"].passed and "AssertionError" in results["ex3-answer"].detail
 
 
 def test_grading_uses_the_chapters_checks_not_the_students(chapter):
-    student = exercises.student_copy(chapter.notebook)
+    student = student_copies.student_copy(chapter.notebook)
     student.cells[2].source = "#| check ex1-add\npass  # a check edited to pass"
     del student.cells[6]  # and one deleted (ex3-answer)
-    results = {r.name: r for r in exercises.grade(student, chapter)}
+    results = {r.name: r for r in grading.grade(student, chapter)}
     assert not results["ex1-add"].passed
     assert not results["ex3-answer"].passed and "missing" in results["ex3-answer"].detail
 
@@ -143,7 +152,7 @@ def test_verify_flags_a_check_that_cannot_fail(tmp_path):
                          [SOLVED_1, f"#| check ex1-add\nassert True\n{hidden('pass')}", SOLVED_2,
                           CHECK_2, SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
     nbformat.write(execute.execute_notebook(nbformat.read(path, as_version=4)), path)
-    problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
+    problems = exercise_verify.verify(read_chapter(path), answers=NEAR_MISSES)
     assert problems == ["check `ex1-add` passes on the student stub: it cannot tell that "
                         "answer from the solution",
                         'check `ex1-add` passes on near-miss "subtracts": it cannot tell that '
@@ -157,7 +166,7 @@ def test_a_check_that_writes_to_stderr_is_flagged_since_nbgrader_fails_it(tmp_pa
     path = write_chapter(tmp_path / "04_noisy.ipynb",
                          [SOLVED_1, noisy, SOLVED_2, CHECK_2, SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
     nbformat.write(execute.execute_notebook(nbformat.read(path, as_version=4)), path)
-    assert exercises.structure_problems(read_chapter(path)) == [
+    assert exercise_verify.structure_problems(read_chapter(path)) == [
         "check `ex1-add` writes to stderr on the solution ('careful'), which nbgrader grades as "
         "a failure: silence it or move it out of the check"]
 
@@ -165,7 +174,7 @@ def test_a_check_that_writes_to_stderr_is_flagged_since_nbgrader_fails_it(tmp_pa
 def test_structure_rules(tmp_path):
     path = write_chapter(tmp_path / "03_bad.ipynb",
                          [SOLVED_1, SOLVED_2, CHECK_2, SOLVED_3, "#| check ex3-answer\nassert answer == 42"])
-    problems = exercises.structure_problems(read_chapter(path))
+    problems = exercise_verify.structure_problems(read_chapter(path))
     assert any("solution with no `#| check`" in p for p in problems)
     assert any("2 exercises; a chapter needs at least 4" in p for p in problems)
     assert any("was not executed" in p for p in problems)
@@ -182,14 +191,14 @@ def test_verify_wants_the_visible_part_alone_to_pass_and_references_it_can_trust
                          ["def reference(x):\n    return x * x", SOLVED_1, broken, SOLVED_2, fooled,
                           SOLVED_3, CHECK_3, SOLVED_4, CHECK_4])
     nbformat.write(execute.execute_notebook(nbformat.read(path, as_version=4)), path)
-    problems = exercises.verify(read_chapter(path), answers=NEAR_MISSES)
+    problems = exercise_verify.verify(read_chapter(path), answers=NEAR_MISSES)
     assert any("check `ex1-add` without its hidden tests (as a student copy shows it) fails on "
                "the solution: NameError" in p for p in problems), problems
     assert any("check `ex2-square` reads `reference`, which the notebook defines" in p
                for p in problems), problems
 
 
-# --- nbgrader metadata (make stamp) -------------------------------------------------
+# --- nbgrader metadata (make sync) -------------------------------------------------
 
 def test_stamp_derives_nbgrader_metadata_from_the_conventions(chapter):
     from tools.notebooks import nbgrader_metadata
@@ -212,16 +221,16 @@ def test_stamp_derives_nbgrader_metadata_from_the_conventions(chapter):
 def test_stamp_is_idempotent_and_check_names_the_chapter_and_the_fix(chapter):
     from tools.notebooks import stamp_notebook
 
-    assert exercises.stamp_problems(chapter) and "run `make stamp`" in exercises.stamp_problems(chapter)[0]
-    changes = exercises.stamp_chapter(chapter)
+    assert stamping.stamp_problems(chapter) and "run `make sync`" in stamping.stamp_problems(chapter)[0]
+    changes = stamping.stamp_chapter(chapter)
     assert changes and any("kernelspec" in c for c in changes) is False  # toy already names python3
     again = read_chapter(chapter.path)
-    assert exercises.stamp_problems(again) == []
+    assert stamping.stamp_problems(again) == []
     assert stamp_notebook(again.notebook) == []  # idempotent
     # a cell added later (as jupytext --sync adds one) is caught, naming chapter and fix
     again.notebook.cells.append(nbformat.v4.new_code_cell("x = 2"))
     nbformat.write(again.notebook, again.path)
-    problems = exercises.stamp_problems(read_chapter(again.path))
+    problems = stamping.stamp_problems(read_chapter(again.path))
     assert len(problems) == 1 and problems[0].startswith(f"{again.rel}: 1 cells lack nbgrader metadata")
 
 
@@ -231,7 +240,7 @@ def test_stamp_check_flags_marker_text_in_markdown_and_a_stale_kernel(tmp_path):
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("Write between `### BEGIN SOLUTION` and the end."))
     nb.metadata["kernelspec"]["name"] = "transformer-book"
     nbformat.write(nb, path)
-    problems = exercises.stamp_problems(read_chapter(path))
+    problems = stamping.stamp_problems(read_chapter(path))
     assert any("cell 0 (markdown), line 1: nbgrader's marker text" in p for p in problems), problems
     assert any("the kernelspec names 'transformer-book', not 'python3'" in p for p in problems)
 
@@ -248,15 +257,15 @@ def test_points_syntax_is_strict():
 
 def test_every_chapter_is_stamped_for_nbgrader():
     chapters = read_book()
-    problems = [p for chapter in chapters for p in exercises.stamp_problems(chapter)]
-    problems += exercises.table_problems(chapters)  # the teacher's page lists every exercise
+    problems = [p for chapter in chapters for p in stamping.stamp_problems(chapter)]
+    problems += exercise_table.table_problems(chapters)  # the teacher's page lists every exercise
     assert problems == [], "\n".join(problems)
 
 
 def test_the_teachers_table_lists_each_exercise_with_its_points(tmp_path):
     from toy_chapter import toy_chapter
 
-    table = exercises.exercise_table([toy_chapter(tmp_path)])
+    table = exercise_table.exercise_table([toy_chapter(tmp_path)])
     assert "| {doc}`01 · Toy </chapters/01_toy>` (7 points) | 1 · Double | `ex1-double` | 1 |" in table
     assert "|  | 2 · Half | `ex2-half` | 2 |" in table
     assert "|  | 4 · Rows of a table | `ex4-why` (written, graded by hand) | 2 |" in table
@@ -278,7 +287,7 @@ def test_student_copy_strips_hidden_tests_and_locks_cells_as_nbgrader_does(tmp_p
     from toy_chapter import toy_chapter
 
     toy = toy_chapter(tmp_path)
-    student = exercises.student_copy(toy.notebook, toy.name)
+    student = student_copies.student_copy(toy.notebook, toy.name)
     text = nbformat.writes(student)
     assert "HIDDEN" not in text and "torch.zeros(2)" not in text and "BEGIN SOLUTION" not in text
     check = next(c for c in student.cells if exercise_cells.check_name(c) == "ex3-norm")
@@ -297,24 +306,24 @@ def test_student_copy_strips_hidden_tests_and_locks_cells_as_nbgrader_does(tmp_p
 
 def test_make_student_never_overwrites_an_edited_copy_unless_forced(chapter, tmp_path, capsys):
     out = tmp_path / "student"
-    assert exercises.write_student_copies([chapter], out) == 0
+    assert student_copies.write_student_copies([chapter], out) == 0
     target = out / chapter.path.name
-    assert exercises.write_student_copies([chapter], out) == 0  # unchanged: nothing to do
+    assert student_copies.write_student_copies([chapter], out) == 0  # unchanged: nothing to do
     assert "unchanged" in capsys.readouterr().out
     work = nbformat.read(target, as_version=4)
     work.cells[1].source = "def add(a, b):\n    return a + b  # my answer"
     nbformat.write(work, target)
-    assert exercises.write_student_copies([chapter], out) == 1
+    assert student_copies.write_student_copies([chapter], out) == 1
     assert "my answer" in target.read_text()
     assert "make student FORCE=1" in capsys.readouterr().err
-    assert exercises.write_student_copies([chapter], out, force=True) == 0
+    assert student_copies.write_student_copies([chapter], out, force=True) == 0
     assert "my answer" not in target.read_text()
     # an untouched copy of an older version of the chapter is simply updated
     old = nbformat.read(target, as_version=4)
     old.cells[0].source = "x0 = 0  # the chapter as it was"
-    old.metadata["transformer_book"]["student_copy"] = exercises.content_hash(old)
+    old.metadata["transformer_book"]["student_copy"] = student_copies.content_hash(old)
     nbformat.write(old, target)
-    assert exercises.write_student_copies([chapter], out) == 0
+    assert student_copies.write_student_copies([chapter], out) == 0
     assert "as it was" not in target.read_text()
 
 
@@ -324,11 +333,11 @@ def test_grading_restores_locked_cells_as_nbgrader_does(chapter):
     from tools.notebooks import stamp_notebook
 
     stamp_notebook(chapter.notebook)  # as every committed chapter is
-    student = exercises.student_copy(chapter.notebook)
+    student = student_copies.student_copy(chapter.notebook)
     student.cells[1].source = SOLVED_1.replace("a + b", "a * b")  # wrong answer to ex1
     student.cells[0].source = "x0 = 1\nassert_ = None"  # edits in a locked cell are discarded...
     student.cells.insert(1, nbformat.v4.new_code_cell("def square(x):\n    return x * x"))
-    graded, present = exercises.graded_notebook(student, chapter)
+    graded, present = grading.graded_notebook(student, chapter)
     assert graded.cells[0].source == "x0 = 1"
     assert present == {"ex1-add", "ex2-square", "ex3-answer", "ex4-neg"}
     assert graded.cells[1].source.startswith("def square")  # ...cells a student adds stay
@@ -336,7 +345,7 @@ def test_grading_restores_locked_cells_as_nbgrader_does(chapter):
 
 def answered(chapter, answers: dict[str, str]):
     """A student copy of `chapter` with these solution cells, by check name."""
-    student = exercises.student_copy(chapter.notebook, chapter.name)
+    student = student_copies.student_copy(chapter.notebook, chapter.name)
     for cell in student.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", "")
         if grade_id.endswith("-solution") and grade_id.removesuffix("-solution") in answers:
@@ -360,7 +369,7 @@ def test_the_guard_and_the_barrier_stop_every_cheat_that_fools_an_unguarded_grad
 
     def both(cheat):
         student = answered(toy, cheats[cheat])
-        return exercises.grade(student, toy, guard=False), exercises.grade(student, toy)
+        return grading.grade(student, toy, guard=False), grading.grade(student, toy)
 
     with ThreadPoolExecutor(2) as pool:
         graded = dict(zip(cheats, pool.map(both, cheats), strict=True))
@@ -380,7 +389,7 @@ def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
     from toy_chapter import toy_chapter
 
     toy = toy_chapter(tmp_path)
-    student = exercises.student_copy(toy.notebook, toy.name)
+    student = student_copies.student_copy(toy.notebook, toy.name)
     answers = {  # what torch does to itself (a rewrapped manual_seed, a cache) is no cheat
                "ex1-double": "def double(x):\n    return 2 * x\n"
                              "import copy\nimport torch._dynamo\n_ = copy.deepcopy(torch.zeros(2))",
@@ -388,7 +397,7 @@ def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
                            "import types\nmath = types.SimpleNamespace(isclose=lambda *a: True)",
                "ex3-norm": "def norm(v):\n    return torch.linalg.vector_norm(v)\ntorch = None"}
     student = answered(toy, answers)
-    results = {r.name: r for r in exercises.grade(student, toy)}
+    results = {r.name: r for r in grading.grade(student, toy)}
     assert results["ex1-double"].passed, results["ex1-double"]
     assert "rebinds `abs`" in results["ex2-half"].detail and "rebinds `math`" in results["ex2-half"].detail
     assert "rebinds `torch`" in results["ex3-norm"].detail
@@ -398,7 +407,7 @@ def test_the_guard_refuses_a_shadowed_builtin_and_a_rebound_reference(tmp_path):
 
 def solved_copy(chapter):
     """A student copy with every solution (and written answer) as the chapter has it."""
-    solved = exercises.student_copy(chapter.notebook, chapter.name)
+    solved = student_copies.student_copy(chapter.notebook, chapter.name)
     for cell, original in zip(solved.cells, chapter.notebook.cells, strict=True):
         if original.metadata.get("nbgrader", {}).get("solution"):
             cell.source = original.source  # markers and all: still the solution
@@ -436,10 +445,10 @@ def test_gradebook_grades_a_folder_in_parallel_and_recognises_chapters(tmp_path)
         (returned / name).mkdir(parents=True)
     solved = solved_copy(toy)
     nbformat.write(solved, returned / "alice" / "my work (final).ipynb")
-    untouched = exercises.student_copy(toy.notebook)  # as nbgrader releases it: no chapter recorded
+    untouched = student_copies.student_copy(toy.notebook)  # as nbgrader releases it: no chapter recorded
     del untouched.metadata["transformer_book"]
     nbformat.write(untouched, returned / "bob_toy (1).ipynb")
-    by_title = exercises.student_copy(add.notebook)
+    by_title = student_copies.student_copy(add.notebook)
     del by_title.metadata["transformer_book"]
     for cell in by_title.cells:
         cell.metadata.pop("nbgrader", None)
@@ -494,7 +503,7 @@ def test_a_roster_names_the_students_of_an_lms_download(tmp_path):
     (lms / "Bob Li_4242_assignsubmission_file_").mkdir(parents=True)
     solved = solved_copy(toy)
     nbformat.write(solved, lms / "smithalice_83921_1200_hw3 final (1).ipynb")
-    nbformat.write(exercises.student_copy(toy.notebook, toy.name),
+    nbformat.write(student_copies.student_copy(toy.notebook, toy.name),
                    lms / "Bob Li_4242_assignsubmission_file_" / "hw3.ipynb")
     nbformat.write(solved, lms / "untitled.ipynb")
     nbformat.write(solved, lms / "someone else.ipynb")
@@ -518,7 +527,7 @@ def test_a_roster_names_the_students_of_an_lms_download(tmp_path):
 
 
 def test_student_names_without_a_roster():
-    from tools.gradebook import Roster, shared_folder, student_of
+    from tools.returned_notebooks import Roster, shared_folder, student_of
 
     root = Path("/r")
     nested = [root / "hw7" / "alice" / "x.ipynb", root / "hw7" / "bob" / "y.ipynb"]
@@ -540,7 +549,7 @@ def test_self_check_reports_each_exercise_with_the_hidden_tests(tmp_path, capsys
     from toy_chapter import toy_chapter
 
     toy = toy_chapter(tmp_path / "book")
-    copy = exercises.student_copy(toy.notebook, toy.name)
+    copy = student_copies.student_copy(toy.notebook, toy.name)
     for cell in copy.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "ex3-norm-solution":
             cell.source = "def norm(v):\n    return torch.tensor(5.0)  # right on the visible test only"

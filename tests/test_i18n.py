@@ -323,7 +323,8 @@ def test_the_chinese_reading_copy_uses_the_table_and_the_captions(tmp_path):
 
 
 def test_pages_in_both_languages_link_to_each_other_from_disk(tmp_path):
-    from tools import website
+    from tools.site_files import link_languages
+    from tools.site_layout import Site
 
     page = ('<html><body><div class="article-header-buttons"><a>download</a></div>'
             '</body></html>')
@@ -333,9 +334,9 @@ def test_pages_in_both_languages_link_to_each_other_from_disk(tmp_path):
                 continue  # a chapter not in the Chinese edition
             (root / relative).parent.mkdir(parents=True, exist_ok=True)
             (root / relative).write_text(page, encoding="utf-8")
-    english = website.Site(tmp_path)
-    assert website.link_languages(english) == 4  # two pages, both ways
-    assert website.link_languages(website.Site(tmp_path / "zh", language="zh")) == 0  # once
+    english = Site(tmp_path)
+    assert link_languages(english) == 4  # two pages, both ways
+    assert link_languages(Site(tmp_path / "zh", language="zh")) == 0  # once
     for here, lang in ((tmp_path / "html" / "chapters" / f"{NAME}.html", "zh-CN"),
                        (tmp_path / "zh" / "html" / "chapters" / f"{NAME}.html", "en"),
                        (tmp_path / "zh" / "html" / "index.html", "en")):

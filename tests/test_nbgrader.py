@@ -31,8 +31,8 @@ import nbformat
 import pytest
 from toy_chapter import CHEATS, toy_chapter
 
-from tools import chapter_test, execute, exercise_cells, exercises
-from tools.chapter_test import submission
+from tools import chapter_runs, chapter_test, execute, exercise_cells, exercise_verify
+from tools.chapter_runs import submission
 from tools.notebooks import BEGIN_SOLUTION, RUNS_ALONE, read_chapter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,8 +129,8 @@ def test_one_run_is_compared_proven_and_graded(tmp_path, pytester, monkeypatch):
              "ex4-rows": {"first row": "def rows(weight, ids):\n    return weight[0].expand(*ids.shape, -1)",
                           "one column": "def rows(weight, ids):\n    return weight[:, :1].expand(*ids.shape, -1)"}}
     (answers / "01_toy.py").write_text(f"NEAR_MISSES = {wrong!r}\n")
-    monkeypatch.setattr(exercises, "NEAR_MISSES", answers)
-    monkeypatch.setattr(chapter_test, "OUT", tmp_path / "out")
+    monkeypatch.setattr(exercise_verify, "NEAR_MISSES", answers)
+    monkeypatch.setattr(chapter_runs, "OUT", tmp_path / "out")
     monkeypatch.setattr(chapter_test, "JOBS", 1)
     result = pytester.runpytest_inprocess(str(chapter.path), "-p", "no:cacheprovider",
                                           "-rA", plugins=[chapter_test])
@@ -212,16 +212,16 @@ def test_a_chapter_that_times_code_runs_with_nothing_beside_it(tmp_path, monkeyp
         with lock:
             events.append(("end", run.chapter.name))
 
-    monkeypatch.setattr(chapter_test.Runner, "_execute", pretend)
-    monkeypatch.setattr(chapter_test.Runner, "_autograde", pretend)
-    monkeypatch.setattr(chapter_test.Runner, "_courses", lambda self, chapters: [tmp_path] * 2)
-    monkeypatch.setattr(chapter_test.Runner, "_feedback_and_export", lambda self, course, runs: None)
+    monkeypatch.setattr(chapter_runs.Runner, "_execute", pretend)
+    monkeypatch.setattr(chapter_runs.Runner, "_autograde", pretend)
+    monkeypatch.setattr(chapter_runs.Runner, "_courses", lambda self, chapters: [tmp_path] * 2)
+    monkeypatch.setattr(chapter_runs.Runner, "_feedback_and_export", lambda self, course, runs: None)
     monkeypatch.setattr(execute, "cores", lambda: 2)
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     chapters = [read_chapter(path) for path in sorted((ROOT / "chapters").glob("1[234]_*.ipynb"))]
     assert "14_benchmarks" in RUNS_ALONE
-    runner = chapter_test.Runner(chapters, jobs=2, out=tmp_path / "out")
+    runner = chapter_runs.Runner(chapters, jobs=2, out=tmp_path / "out")
     runner.start()
     for chapter in chapters:
         runner.wait(chapter.name)

@@ -31,7 +31,7 @@ def test_chapter_has_title_seed_figure_and_kernel(chapter):
     first = chapter.notebook.cells[0]
     assert first.cell_type == "markdown" and re.match(rf"# {chapter.number:02d} · \S", first.source)
     assert chapter.notebook.metadata["kernelspec"]["name"] == "python3", (
-        f"{chapter.rel}: run `make stamp` (the standard kernel, resolved to this environment)")
+        f"{chapter.rel}: run `make sync` (the standard kernel, resolved to this environment)")
     sources = "\n".join(c.source for c in code_cells(chapter))
     assert "manual_seed(" in sources, f"{chapter.rel}: seed the random generators at the top"
     figures = [o for c in code_cells(chapter) for o in c.outputs if "image/png" in o.get("data", {})]
@@ -72,7 +72,7 @@ def test_only_an_appendix_may_go_without_exercises_and_bridge(tmp_path):
     """The rule can fail: the same notebook without exercises is refused as a chapter."""
     import nbformat
 
-    from tools.exercises import structure_problems
+    from tools.exercise_verify import structure_problems
     from tools.notebooks import read_chapter
 
     def notebook(title: str):

@@ -167,7 +167,7 @@ def test_chapters_link_to_their_api_pages_and_back(site):
 def test_every_public_name_is_documented_with_its_chapter(site):
     """Each name of a module has an entry on the module's page, and each entry says, with a
     link, which chapter defines it (constants included, which have no docstring)."""
-    from tools.website import chapter_exports
+    from tools.chapter_exports import chapter_exports
 
     for chapter in CHAPTERS:
         for export in chapter_exports(chapter):
@@ -227,7 +227,7 @@ def test_every_page_names_version_build_date_and_source(site):
 def test_every_chapter_has_its_package_box_and_download_note(site):
     """Under each chapter's title, a box: the modules it writes or (chapter 13) uses, linked
     to their API pages, and how to run the downloaded notebook (installing the package)."""
-    from tools.website import chapter_exports, imports_from_package
+    from tools.chapter_exports import chapter_exports, imports_from_package
 
     for chapter in CHAPTERS:
         page = (site / "chapters" / f"{chapter.name}.html").read_text(encoding="utf-8")
@@ -247,7 +247,7 @@ def test_download_is_the_chapter_with_an_install_note(site, student_site, editio
     (student edition), with a note on installing the package under its title."""
     import nbformat
 
-    from tools.exercises import student_copy
+    from tools.student_copies import student_copy
 
     html = site if edition == "full" else student_site
     for chapter in CHAPTERS:
@@ -797,7 +797,7 @@ def test_pdf_holds_formulas_figures_chinese_code_and_solutions(pdf_pages):
     # The embedded CJK face maps some characters to look-alike code points when text is
     # extracted (月 U+6708 comes back as the Kangxi radical ⽉ U+2F49): compare under NFKC.
     text = unicodedata.normalize("NFKC", "".join(texts))
-    from tools.website import chapter_exports
+    from tools.chapter_exports import chapter_exports
 
     chapters = [c for c in CHAPTERS if c.number in PDF_SAMPLE]
     figures = sum(len(figure_cells(c)) for c in chapters)

@@ -44,6 +44,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -70,7 +71,7 @@ def best_of(fn, n: int, clock=time.process_time) -> float:
     return min(times)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=128)
@@ -81,8 +82,120 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache", action="store_true", help="also time decoding without the cache")
     parser.add_argument("--compile", action="store_true",
                         help="also time decoding with the decoder step compiled by torch.compile")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+@dataclass
+class Bench:
+    """What every timing uses: the model, a source per batch size, the options, and the
+    matrix-vector product that stands for the bandwidth bound."""
+
+    model: Transformer
+    sources: dict[int, torch.Tensor]
+    args: argparse.Namespace
+    weight: torch.Tensor  # as many floats as a cached step reads
+    x: torch.Tensor
+    n_streamed: int
+    compiled_step: object = None  # the decoder step compiled by inductor (--compile)
+
+    def decode(self, batch: int, use_cache: bool = True, tokens: int | None = None) -> torch.Tensor:
+        return greedy_decode(self.model, self.sources[batch], bos_id=1, eos_id=None,
+                             max_new_tokens=self.args.tokens if tokens is None else tokens,
+                             use_cache=use_cache)
+
+    def beam(self, keep_greedy: bool) -> None:
+        beam_search(self.model, self.sources[self.args.batches[0]], bos_id=1, eos_id=2,
+                    beam_size=self.args.beam, max_new_tokens=self.args.tokens,
+                    keep_greedy=keep_greedy)
+
+
+def compile_step(bench: Bench) -> bool:
+    """Compile the decoder step (bench.compiled_step), decode once with it at each batch
+    size and print how long that took; whether its tokens are the eager step's."""
+    model, args = bench.model, bench.args
+    eager_step = model.decode
+    bench.compiled_step = torch.compile(eager_step, dynamic=True)
+    start = time.perf_counter()
+    model.decode = bench.compiled_step
+    compiled_tokens = {batch: bench.decode(batch) for batch in args.batches}  # compiles, then reuses
+    model.decode = eager_step
+    same = all(torch.equal(tokens, bench.decode(batch)) for batch, tokens in compiled_tokens.items())
+    print(f"torch.compile of the decoder step: {time.perf_counter() - start:.0f} s (wall) for the first "
+          f"decodings; identical tokens: {same}")
+    return same
+
+
+def time_batches(bench: Bench, rows: dict[str, list[float]], line: list[str], bound: float) -> None:
+    """Time cached greedy decoding at each batch size (and compiled, with --compile)."""
+    model, args = bench.model, bench.args
+    eager_step = model.decode
+    for batch in args.batches:
+        step = best_of(lambda b=batch: bench.decode(b), 1) / args.tokens
+        rows.setdefault(f"batch {batch}: ms/step", []).append(1e3 * step)
+        rows.setdefault(f"batch {batch}: tokens/s", []).append(batch / step)
+        rows.setdefault(f"batch {batch}: fraction of the bound", []).append(bound / step)
+        line.append(f"batch {batch}: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
+                    f"{bound / step:.0%} of the bound")
+        if bench.compiled_step is not None:
+            model.decode = bench.compiled_step
+            step = best_of(lambda b=batch: bench.decode(b), 1) / args.tokens
+            model.decode = eager_step
+            rows.setdefault(f"batch {batch} compiled: ms/step", []).append(1e3 * step)
+            rows.setdefault(f"batch {batch} compiled: tokens/s", []).append(batch / step)
+            rows.setdefault(f"batch {batch} compiled: fraction of the bound", []).append(bound / step)
+            line.append(f"batch {batch} compiled: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
+                        f"{bound / step:.0%} of the bound")
+
+
+def time_beam(bench: Bench, rows: dict[str, list[float]], line: list[str]) -> None:
+    """Time beam search at the first batch size, with keep_greedy=False and True."""
+    beam = bench.args.beam
+    for keep in (False, True):
+        seconds = best_of(lambda k=keep: bench.beam(k), 1)
+        rows.setdefault(f"beam {beam} keep_greedy={keep}: s", []).append(seconds)
+        line.append(f"beam {beam} keep_greedy={keep}: {seconds:.2f} s CPU")
+    rows.setdefault(f"beam {beam}: keep_greedy cost", []).append(
+        rows[f"beam {beam} keep_greedy=True: s"][-1] / rows[f"beam {beam} keep_greedy=False: s"][-1] - 1)
+
+
+def time_no_cache(bench: Bench, rows: dict[str, list[float]], line: list[str]) -> bool:
+    """Time decoding without the cache at the first batch size; whether its tokens are
+    the cached decoding's."""
+    args = bench.args
+    start = time.process_time()
+    plain = bench.decode(args.batches[0], use_cache=False)
+    seconds = time.process_time() - start
+    cached_seconds = rows[f"batch {args.batches[0]}: ms/step"][-1] * args.tokens / 1e3
+    rows.setdefault("speed-up of the cache", []).append(seconds / cached_seconds)
+    same = torch.equal(plain, bench.decode(args.batches[0]))
+    line.append(f"no cache {seconds:.2f} s ({seconds / cached_seconds:.2f}x), identical tokens: {same}")
+    return same
+
+
+def one_repeat(bench: Bench, repeat: int, rows: dict[str, list[float]]) -> list[str] | None:
+    """Time the bound, each batch size, beam search and (--no-cache) decoding without the
+    cache, one after the other; the repeat's line, or None where the cache changed the
+    tokens (said already)."""
+    args, n_streamed = bench.args, bench.n_streamed
+    bound = best_of(lambda: bench.weight @ bench.x, 10)  # seconds per step at the bandwidth bound
+    wall_bound = best_of(lambda: bench.weight @ bench.x, 10, time.perf_counter)
+    line = [f"repeat {repeat + 1}: bound {1e3 * bound:.2f} ms/step ({4 * n_streamed / bound / 1e9:.1f} GB/s)"]
+    rows.setdefault("bound ms/step", []).append(1e3 * bound)
+    wall_step = best_of(lambda: bench.decode(args.batches[0]), 1, time.perf_counter) / args.tokens
+    rows.setdefault(f"batch {args.batches[0]}: fraction of the bound, wall time", []).append(
+        wall_bound / wall_step)
+    time_batches(bench, rows, line, bound)
+    if args.beam:
+        time_beam(bench, rows, line)
+    if args.no_cache and not time_no_cache(bench, rows, line):
+        print("\n".join(line))
+        print("the cache changed the tokens")
+        return None
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = Transformer(args.vocab, args.vocab, d_model=512, num_heads=8, num_encoder_layers=6,
@@ -96,75 +209,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{torch.get_num_threads()} thread(s)")
     print(f"decoder d_model=512, 8 heads, 6 layers, d_ff=2048, vocab {args.vocab}; {args.tokens} new tokens; "
           f"a cached step reads {n_streamed / 1e6:.1f}M parameters = {4 * n_streamed / 1e6:.0f} MB")
-
-    def decode(batch: int, use_cache: bool = True, tokens: int = args.tokens) -> torch.Tensor:
-        return greedy_decode(model, sources[batch], bos_id=1, eos_id=None, max_new_tokens=tokens,
-                             use_cache=use_cache)
-
-    def beam(keep_greedy: bool) -> None:
-        beam_search(model, sources[args.batches[0]], bos_id=1, eos_id=2, beam_size=args.beam,
-                    max_new_tokens=args.tokens, keep_greedy=keep_greedy)
-
+    bench = Bench(model, sources, args, weight, x, n_streamed)
     for batch in args.batches:  # warm-up: first calls allocate
-        decode(batch, tokens=4)
-    eager_step = model.decode
-    compiled_step = None
-    if args.compile:
-        compiled_step = torch.compile(eager_step, dynamic=True)
-        start = time.perf_counter()
-        model.decode = compiled_step
-        compiled_tokens = {batch: decode(batch) for batch in args.batches}  # compiles, then reuses
-        model.decode = eager_step
-        same = all(torch.equal(tokens, decode(batch)) for batch, tokens in compiled_tokens.items())
-        print(f"torch.compile of the decoder step: {time.perf_counter() - start:.0f} s (wall) for the first "
-              f"decodings; identical tokens: {same}")
-        if not same:
-            print("the compiled step changed the tokens")
-            return 1
+        bench.decode(batch, tokens=4)
+    if args.compile and not compile_step(bench):
+        print("the compiled step changed the tokens")
+        return 1
     rows: dict[str, list[float]] = {}
     for repeat in range(args.repeats):
-        bound = best_of(lambda: weight @ x, 10)  # seconds per step at the bandwidth bound
-        wall_bound = best_of(lambda: weight @ x, 10, time.perf_counter)
-        line = [f"repeat {repeat + 1}: bound {1e3 * bound:.2f} ms/step ({4 * n_streamed / bound / 1e9:.1f} GB/s)"]
-        rows.setdefault("bound ms/step", []).append(1e3 * bound)
-        wall_step = best_of(lambda: decode(args.batches[0]), 1, time.perf_counter) / args.tokens
-        rows.setdefault(f"batch {args.batches[0]}: fraction of the bound, wall time", []).append(
-            wall_bound / wall_step)
-        for batch in args.batches:
-            step = best_of(lambda b=batch: decode(b), 1) / args.tokens
-            rows.setdefault(f"batch {batch}: ms/step", []).append(1e3 * step)
-            rows.setdefault(f"batch {batch}: tokens/s", []).append(batch / step)
-            rows.setdefault(f"batch {batch}: fraction of the bound", []).append(bound / step)
-            line.append(f"batch {batch}: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
-                        f"{bound / step:.0%} of the bound")
-            if compiled_step is not None:
-                model.decode = compiled_step
-                step = best_of(lambda b=batch: decode(b), 1) / args.tokens
-                model.decode = eager_step
-                rows.setdefault(f"batch {batch} compiled: ms/step", []).append(1e3 * step)
-                rows.setdefault(f"batch {batch} compiled: tokens/s", []).append(batch / step)
-                rows.setdefault(f"batch {batch} compiled: fraction of the bound", []).append(bound / step)
-                line.append(f"batch {batch} compiled: {1e3 * step:.2f} ms/step, {batch / step:.0f} tokens/s, "
-                            f"{bound / step:.0%} of the bound")
-        if args.beam:
-            for keep in (False, True):
-                seconds = best_of(lambda k=keep: beam(k), 1)
-                rows.setdefault(f"beam {args.beam} keep_greedy={keep}: s", []).append(seconds)
-                line.append(f"beam {args.beam} keep_greedy={keep}: {seconds:.2f} s CPU")
-            rows.setdefault(f"beam {args.beam}: keep_greedy cost", []).append(
-                rows[f"beam {args.beam} keep_greedy=True: s"][-1] / rows[f"beam {args.beam} keep_greedy=False: s"][-1] - 1)
-        if args.no_cache:
-            start = time.process_time()
-            plain = decode(args.batches[0], use_cache=False)
-            seconds = time.process_time() - start
-            cached_seconds = rows[f"batch {args.batches[0]}: ms/step"][-1] * args.tokens / 1e3
-            rows.setdefault("speed-up of the cache", []).append(seconds / cached_seconds)
-            same = torch.equal(plain, decode(args.batches[0]))
-            line.append(f"no cache {seconds:.2f} s ({seconds / cached_seconds:.2f}x), identical tokens: {same}")
-            if not same:
-                print("\n".join(line))
-                print("the cache changed the tokens")
-                return 1
+        line = one_repeat(bench, repeat, rows)
+        if line is None:
+            return 1
         print("\n  ".join(line))
 
     print("median over the repeats (min .. max):")

@@ -31,6 +31,7 @@ import nbformat
 from tools import website
 from tools.execute import default_jobs, execute_notebook, pool_env
 from tools.notebooks import ROOT, read_book, read_chapter, running_order
+from tools.site_layout import HTML
 
 EXECUTED = ROOT / "_build" / "executed"
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     status = website.build(EXECUTED)
     if status == 0:
         print(f"book: done in {time.perf_counter() - start:.1f} s; "
-              f"open {(website.HTML / 'index.html').relative_to(ROOT)}")
+              f"open {(HTML / 'index.html').relative_to(ROOT)}")
     return status
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import nbformat
 
-from tools import exercises
 from tools.notebooks import BEGIN_SOLUTION, END_SOLUTION, read_book
+from tools.student_copies import student_copy
 
 NAMES = ["alice", "bob", "carol", "dan", "erin", "farid", "grace", "hui", "ines", "jun",
          "kofi", "lena", "mei", "noor", "omar", "pia", "quinn", "ravi", "sara", "tomas",
@@ -39,7 +39,7 @@ def typed(source: str) -> str:
 
 def returned(chapter, kind: str) -> tuple[nbformat.NotebookNode, float]:
     """A student's copy of `chapter` of the given kind, and the points it should get."""
-    notebook = exercises.student_copy(chapter.notebook, chapter.name)
+    notebook = student_copy(chapter.notebook, chapter.name)
     solutions = {cell.metadata["nbgrader"]["grade_id"]: cell.source
                  for cell in chapter.notebook.cells
                  if cell.metadata.get("nbgrader", {}).get("solution")}

@@ -1,9 +1,10 @@
 """What the exercise tools share about a chapter's cells: which cell is a check, what a
 solution cell defines, its stub, what a run's outputs say.
 
-Used by tools/exercises.py (student copies, grading, verify), tools/exercise_proof.py
-(the proof around a run), tools/gradebook.py (a class's gradebook) and the website
-(the student edition). It imports none of them, only the book's directives
+Used by the modules behind `python -m tools.exercises` (tools/student_copies.py,
+grading.py, exercise_verify.py, exercise_table.py, returned_notebooks.py, gradebook.py),
+tools/exercise_proof.py (the proof around a run) and the website (the exercises folded
+under their stubs). It imports none of them, only the book's directives
 (tools/notebooks.py), so that they can all import it.
 """
 

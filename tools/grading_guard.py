@@ -16,7 +16,8 @@ and of CLASSES, and of the IPython machinery that runs a cell. Then:
   (`input_transformers_post`, `input_transformers_cleanup`, the static transforms), the
   AST transformers, the custom exception handler (`set_custom_exc`), methods set on the
   shell or the kernel, event callbacks defined in the notebook; and the guard's own
-  hooks are registered again where they were removed;
+  hooks are registered again where they were removed (tools/grading_shell.py, which
+  the guard loads from its file, as it loads the barrier);
 - before each cell whose first line is `#| check NAME`, every snapshotted attribute that
   was replaced or deleted is put back (with a note on stdout that names it), as are
   their `sys.modules` entries and the trace and profile functions (`sys.settrace`);
@@ -125,6 +126,7 @@ class Guard:
 
     def __init__(self, shell) -> None:
         self.shell = shell
+        self.cell_machinery = load_sibling("grading_shell.py", "_transformer_book_grading_shell")
         self.builtins = dict(vars(builtins))
         self.snapshot: list[tuple[object, str, object, bool]] = []  # owner, name, value, is class
         self.modules: dict[str, types.ModuleType] = {}
@@ -234,73 +236,17 @@ class Guard:
             restored.append("threading.settrace/threading.setprofile")
         return restored
 
-    # --- the machinery that runs a cell ----------------------------------------------
-
-    def kernel(self):
-        return getattr(self.shell, "kernel", None)
+    # --- the machinery that runs a cell (tools/grading_shell.py) ----------------------
 
     def shell_state(self) -> dict:
         """What IPython and the kernel run a cell with, as the guard installed it."""
-        shell, kernel = self.shell, self.kernel()
-        manager = shell.input_transformer_manager
-        return {
-            "manager": manager,
-            "transforms": {attr: list(getattr(manager, attr, [])) for attr in
-                           ("cleanup_transforms", "line_transforms", "token_transformers")},
-            "post": list(shell.input_transformers_post),
-            "ast": list(shell.ast_transformers),
-            "custom_exc": (shell.custom_exceptions, shell.CustomTB),
-            "shell_keys": set(vars(shell)),
-            "kernel_keys": set(vars(kernel)) if kernel is not None else set(),
-            "handlers": dict(getattr(kernel, "shell_handlers", {}) or {}),
-        }
+        return self.cell_machinery.shell_state(self.shell)
 
     def restore_shell(self) -> list[str]:
-        """Put the cell-running machinery back as the guard installed it; what had changed."""
-        shell, kernel, state = self.shell, self.kernel(), self.machinery
-        restored = []
-        if shell.input_transformer_manager is not state["manager"]:
-            shell.input_transformer_manager = state["manager"]
-            restored.append("input_transformer_manager")
-        for attr, original in state["transforms"].items():
-            if list(getattr(state["manager"], attr, [])) != original:
-                setattr(state["manager"], attr, list(original))
-                restored.append(f"input_transformer_manager.{attr}")
-        if list(shell.input_transformers_post) != state["post"]:
-            shell.input_transformers_post = list(state["post"])
-            restored.append("input_transformers_post")
-        if list(shell.ast_transformers) != state["ast"]:
-            shell.ast_transformers = list(state["ast"])
-            restored.append("ast_transformers")
-        if (shell.custom_exceptions, shell.CustomTB) != state["custom_exc"]:
-            shell.custom_exceptions, shell.CustomTB = state["custom_exc"]
-            restored.append("the custom exception handler (set_custom_exc)")
-        for obj, keys in ((shell, state["shell_keys"]), (kernel, state["kernel_keys"])):
-            if obj is None:
-                continue
-            for attr in sorted(set(vars(obj)) - keys):
-                if any(isinstance(vars(klass).get(attr), (types.FunctionType, classmethod,
-                                                          staticmethod))
-                       for klass in type(obj).__mro__):
-                    delattr(obj, attr)  # an instance attribute hiding one of its methods
-                    restored.append(f"{type(obj).__name__}.{attr}")
-        handlers = getattr(kernel, "shell_handlers", None)
-        if isinstance(handlers, dict) and handlers != state["handlers"]:
-            handlers.clear()
-            handlers.update(state["handlers"])
-            restored.append("the kernel's message handlers")
-        cells = set(getattr(getattr(shell, "compile", None), "_filename_map", {}) or {})
-        for event, callbacks in shell.events.callbacks.items():
-            for callback in list(callbacks):
-                code = getattr(getattr(callback, "__func__", callback), "__code__", None)
-                if code is not None and code.co_filename in cells:  # defined in the notebook
-                    callbacks.remove(callback)
-                    restored.append(f"a {event} callback defined in the notebook")
-        for event in EVENTS:
-            if getattr(self, event) not in shell.events.callbacks[event]:
-                shell.events.register(event, getattr(self, event))
-                restored.append(f"the grading guard's {event} hook")
-        return restored
+        """Put the cell-running machinery back as the guard installed it, the guard's hooks
+        included; what had changed."""
+        return self.cell_machinery.restore_shell(
+            self.shell, self.machinery, {event: getattr(self, event) for event in EVENTS})
 
     # --- global names ---------------------------------------------------------------
 
@@ -402,13 +348,19 @@ def install(shell=None, protect: list[str] = (), allow: list[str] = ()) -> Guard
     holder.guard = guard
     sys.modules[REGISTRY_KEY] = holder
     if protect:  # last: the guard has read everything it needs
-        barrier = importlib.util.spec_from_file_location(
-            "_transformer_book_barrier_module",
-            os.path.join(os.path.dirname(os.path.abspath(__file__)), "grading_barrier.py"))
-        module = importlib.util.module_from_spec(barrier)
-        barrier.loader.exec_module(module)
-        module.install(list(protect), [*allow, sys.prefix, os.getcwd()])
+        barrier = load_sibling("grading_barrier.py", "_transformer_book_barrier_module")
+        barrier.install(list(protect), [*allow, sys.prefix, os.getcwd()])
     return guard
+
+
+def load_sibling(filename: str, name: str) -> types.ModuleType:
+    """A module of this file's folder, loaded from its file under `name` (a graded
+    kernel cannot import tools/): tools/grading_shell.py, tools/grading_barrier.py."""
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(os.path.abspath(__file__)), filename))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def kernel_arguments(path: str | None = None, protect: list[str] = (),

@@ -11,7 +11,8 @@ labelled "Solution"; the student edition (`--edition student`) has none.
 
 How: the website is built first (tools/website.py, incremental). The <article> of each
 page is joined into one print document inside the site (_build/.../html/_print/), with
-ids made unique and links between printed pages turned into links within the PDF. The
+ids made unique and links between printed pages turned into links within the PDF
+(tools/pdf_document.py). The
 system's Chromium (the one the site's browser test drives, through playwright; nothing
 is downloaded) typesets it; a display formula or a table wider than the paper's text
 column is set smaller until it fits (MathJax 3 cannot break lines, and paper cannot
@@ -27,42 +28,26 @@ CJK SC from Debian's fonts-noto-cjk, which .ci/run installs).
 from __future__ import annotations
 
 import argparse
-import html
 import re
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from tools import website
 from tools.notebooks import CHAPTERS, ROOT, read_book
-from tools.project_info import package_version, repository_url
+from tools.pdf_document import Part, part_keys, print_document, read_part
+from tools.project_info import package_version
+from tools.site_layout import BUILD, EDITIONS, Site
 
-BACK_MATTER = ["glossary", "sources", "teachers"]  # after the chapters, in this order
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
-PLACEHOLDER = "000"  # a page number before it is known: as wide as the real ones
-
-
-@dataclass
-class Part:
-    """One page of the site printed in the book."""
-
-    key: str  # docname: "index", "chapters/03_attention", "glossary"
-    title: str  # its first heading, as the table of contents shows it
-    body: str  # its article's HTML, ids prefixed and links rewritten
-
-    @property
-    def anchor(self) -> str:
-        return "part-" + re.sub(r"\W", "-", self.key)
 
 
 def default_output(edition: str) -> Path:
-    return website.BUILD / ("book.pdf" if edition == "full" else "book-student.pdf")
+    return BUILD / ("book.pdf" if edition == "full" else "book-student.pdf")
 
 
 def chromium() -> str:
@@ -73,121 +58,7 @@ def chromium() -> str:
     raise SystemExit("make pdf prints with the system's Chromium: apt-get install -y chromium")
 
 
-# --- the print document ------------------------------------------------------------
-
-ARTICLE = re.compile(r'<article class="bd-article">(.*?)</article>', re.S)
-HEADING = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S)
-ID = re.compile(r'\bid="([^"]+)"')
-HREF = re.compile(r'\bhref="([^"]*)"')
-SRC = re.compile(r'\bsrc="([^"]*)"')
-HEADERLINK = re.compile(r'<a class="headerlink"[^>]*>.*?</a>', re.S)
-
-
-def part_keys(chapters) -> list[str]:
-    return ["index"] + [f"chapters/{c.name}" for c in chapters] + BACK_MATTER
-
-
-def read_part(html_root: Path, key: str, printed: set[str]) -> Part:
-    """A page's article, ready to sit in the print document beside the others."""
-    page = html_root / f"{key}.html"
-    text = page.read_text(encoding="utf-8")
-    found = ARTICLE.search(text)
-    if not found:
-        raise SystemExit(f"{page}: no <article class=\"bd-article\">; has the theme changed?")
-    body = HEADERLINK.sub("", found.group(1))
-    heading = HEADING.search(body)
-    title = html.unescape(re.sub(r"<[^>]+>", "", heading.group(1))).strip() if heading else key
-    prefix = "part-" + re.sub(r"\W", "-", key)
-    here = page.parent
-
-    def local(target: str) -> str:
-        """A link from this page, as a link inside the PDF (or to nothing)."""
-        if re.match(r"^[a-z]+:", target):
-            return target  # mailto:, data:, an address outside the site
-        path, _, fragment = target.partition("#")
-        if not path:
-            return f"#{prefix}--{fragment}" if fragment else f"#{prefix}"
-        resolved = (here / path).resolve()
-        try:
-            other = resolved.relative_to(html_root.resolve()).with_suffix("").as_posix()
-        except ValueError:
-            return ""
-        if other not in printed:
-            return ""  # a page that is not printed (the API reference): the text stays
-        other_prefix = "part-" + re.sub(r"\W", "-", other)
-        return f"#{other_prefix}--{fragment}" if fragment else f"#{other_prefix}"
-
-    body = ID.sub(lambda m: f'id="{prefix}--{m.group(1)}"', body)
-    body = HREF.sub(lambda m: f'href="{html.escape(local(html.unescape(m.group(1))))}"', body)
-    # Images and other files: the print document sits one folder down, as chapters do.
-    if here != html_root:
-        pass
-    else:
-        body = SRC.sub(lambda m: f'src="{_down(m.group(1))}"', body)
-    return Part(key=key, title=title, body=body)
-
-
-def _down(src: str) -> str:
-    """A path relative to the site's root, seen from a page one folder down."""
-    return src if re.match(r"^([a-z]+:|/|#)", src) else "../" + src
-
-
-def front_matter(parts: list[Part], edition: str) -> str:
-    built = datetime.now(UTC).strftime("%Y-%m-%d")
-    repository = repository_url()
-    source = (f'<a href="{html.escape(repository)}">{html.escape(repository)}</a>' if repository
-              else "the <code>transformer-book</code> repository (no public address has been "
-                   "published yet)")
-    solutions = ("Each exercise is followed by its solution." if edition == "full" else
-                 "Student edition: the exercises without their solutions.")
-    rows = "\n".join(
-        f'<li class="book-toc-{"chapter" if p.key.startswith("chapters/") else "part"}">'
-        f'<a href="#{p.anchor}"><span class="book-toc-title">{html.escape(p.title)}</span>'
-        f'<span class="book-toc-dots"></span>'
-        f'<span class="book-toc-page" data-part="{p.anchor}">{PLACEHOLDER}</span></a></li>'
-        for p in parts)
-    return f"""
-<section class="book-cover">
-  <p class="book-cover-title">Building a Transformer, step by step</p>
-  <p class="book-cover-subtitle">An encoder-decoder Transformer built one idea per chapter,
-  in PyTorch</p>
-  <p>Package <code>transformer</code> version {html.escape(package_version())};
-  printed on {built} from the book's notebooks.<br/>{solutions}</p>
-  <p>Source: {source}.</p>
-</section>
-<section class="book-toc" id="book-toc">
-  <h1 class="book-toc-heading">Contents</h1>
-  <ol>{rows}</ol>
-</section>
-"""
-
-
-PRINT_CSS = """
-@page { size: %(paper)s; margin: 16mm 14mm 18mm 14mm; }
-html, body { background: white !important; }
-.bd-header-article, .bd-sidebar-primary, .bd-sidebar-secondary, .prev-next-area,
-footer, .bd-footer, .bd-footer-article, .bd-footer-content, #jb-print-docs-body,
-.search-button__wrapper, .pst-scrollable-table-container::-webkit-scrollbar,
-button.copybtn, .theme-switch-button, .book-skip { display: none !important; }
-.bd-container, .bd-container__inner, .bd-main, .bd-content, .bd-article-container,
-.bd-page-width, .bd-article {
-  max-width: none !important; min-width: 0 !important; width: auto !important;
-  margin: 0 !important; padding: 0 !important; flex-grow: 1 !important; }
-.bd-main .bd-content .bd-article h1:first-of-type { display: block !important; }
-.bd-main .bd-content { margin-left: 0 !important; }
-.book-part { break-before: page; }
-.book-cover { break-after: page; padding-top: 30vh; text-align: center; }
-.book-cover-title { font-size: 2.4rem; font-weight: 600; }
-.book-cover-subtitle { font-size: 1.2rem; }
-.book-toc ol { list-style: none; padding: 0; }
-.book-toc li a { display: flex; text-decoration: none; color: inherit; }
-.book-toc li.book-toc-chapter { padding-left: 1.5em; }
-.book-toc-dots { flex: 1; border-bottom: 1px dotted #888; margin: 0 0.4em 0.3em; }
-.book-toc-page { font-variant-numeric: tabular-nums; }
-table.chapter-map td:first-child { white-space: nowrap; }
-details > summary { list-style: none; font-weight: 600; }
-details > summary::marker, details > summary::-webkit-details-marker { display: none; }
-"""
+# --- what the browser runs in the document ------------------------------------------
 
 # Folded parts (solutions) printed unfolded, their "Hide the solution" button as a label.
 OPEN_DETAILS = """() => { document.querySelectorAll('details').forEach(d => {
@@ -218,24 +89,12 @@ TOO_WIDE = """column => [...document.querySelectorAll(
   .map(e => `${e.closest('.book-part').id}: ${e.tagName.toLowerCase()} "${e.textContent.trim().slice(0, 40)}"`)"""
 MM = 96 / 25.4  # CSS pixels per millimetre
 PAPER_WIDTH_MM = {"A4": 210, "Letter": 215.9}
-SIDE_MARGINS_MM = 14 + 14  # as in PRINT_CSS's @page
+SIDE_MARGINS_MM = 14 + 14  # as in PRINT_CSS's @page (tools/pdf_document.py)
 
 # The text of every heading, by that text without spaces: Chromium's outline drops the
 # space where a heading wraps ("step bystep"); the bookmarks take the heading's own text.
 HEADINGS = """() => Object.fromEntries([...document.querySelectorAll('h1, h2, h3')].map(h =>
     [h.textContent.replace(/\\s+/g, ''), h.textContent.replace(/\\s+/g, ' ').trim()]))"""
-
-
-def print_document(parts: list[Part], base_page: Path, edition: str, paper: str) -> str:
-    """One HTML document: the head of a chapter page (styles, MathJax), every part in turn."""
-    text = base_page.read_text(encoding="utf-8")
-    found = ARTICLE.search(text)
-    assert found, base_page
-    joined = front_matter(parts, edition) + "".join(
-        f'<section class="book-part" id="{p.anchor}">{p.body}</section>' for p in parts)
-    text = text[:found.start(1)] + joined + text[found.end(1):]
-    style = f"<style>{PRINT_CSS % {'paper': paper}}</style>"
-    return text.replace("</head>", style + "</head>", 1)
 
 
 # --- printing ----------------------------------------------------------------------
@@ -331,21 +190,43 @@ def print_twice(context, document: Path, parts: list[Part], paper: str):
     return first, contents, outline, pages, headings
 
 
+# --- the book -------------------------------------------------------------------------
+
 def build_pdf(edition: str = "full", out: Path | None = None, paper: str = "A4",
               only: list[int] | None = None, site_root: Path | None = None,
               context=None) -> Path:
     """Print the book (or, with `only`, those chapters between the front and back matter)
     from the site built in `site_root` (default: the reader's, _build/ or _build/student/),
     in the playwright browser `context` given or in a headless Chromium of its own."""
-    from playwright.sync_api import sync_playwright
-    from pypdf import PdfReader, PdfWriter
+    # Both are needed: without them, stop here, before the site is built.
+    import playwright.sync_api  # noqa: F401
+    import pypdf  # noqa: F401
 
     start = time.perf_counter()
     out = out or default_output(edition)
-    site = website.Site(site_root or (website.BUILD if edition == "full" else website.BUILD / "student"),
-                        edition)
+    site = Site(site_root or (BUILD if edition == "full" else BUILD / "student"), edition)
     if website.build(CHAPTERS, site) != 0:
         raise SystemExit("make pdf: the website did not build")
+    parts, document = write_document(site, edition, paper, only)
+    try:
+        printed = print_book(context, document, parts, paper)
+    finally:
+        shutil.rmtree(document.parent, ignore_errors=True)
+    writer = bind(*printed, edition)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as handle:
+        writer.write(handle)
+    size = out.stat().st_size / 2**20
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    print(f"pdf: {len(writer.pages)} pages, {size:.1f} MB, {len(parts)} parts, "
+          f"{time.perf_counter() - start:.0f} s; {shown}")
+    return out
+
+
+def write_document(site: Site, edition: str, paper: str, only: list[int] | None
+                   ) -> tuple[list[Part], Path]:
+    """The parts to print (every chapter, or those in `only`), and the print document
+    written inside the site's HTML (_print/book.html), where its links and images work."""
     chapters = [c for c in read_book(CHAPTERS) if not only or c.number in only]
     if only and len(chapters) != len(set(only)):
         raise SystemExit(f"--chapters {only}: no such chapter among {[c.number for c in read_book(CHAPTERS)]}")
@@ -356,26 +237,37 @@ def build_pdf(edition: str = "full", out: Path | None = None, paper: str = "A4",
     document = folder / "book.html"
     document.write_text(print_document(parts, site.html / f"{keys[1]}.html", edition, paper),
                         encoding="utf-8")
-    try:
-        if context is not None:
-            first, contents, outline, pages, headings = print_twice(context, document, parts, paper)
-        else:
-            profile = tempfile.mkdtemp(prefix="book-pdf-")
-            try:
-                with sync_playwright() as p:
-                    context = p.chromium.launch_persistent_context(
-                        profile, executable_path=chromium(), headless=True, args=CHROMIUM_FLAGS)
-                    first, contents, outline, pages, headings = print_twice(
-                        context, document, parts, paper)
-                    context.close()
-            finally:
-                shutil.rmtree(profile, ignore_errors=True)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    front = min(pages.values()) - 1  # the title page and the table of contents
+    return parts, document
 
+
+def print_book(context, document: Path, parts: list[Part], paper: str):
+    """print_twice in the playwright browser `context`, or, when it is None, in a headless
+    Chromium of its own (a fresh profile, removed afterwards)."""
+    from playwright.sync_api import sync_playwright
+
+    if context is not None:
+        return print_twice(context, document, parts, paper)
+    profile = tempfile.mkdtemp(prefix="book-pdf-")
+    try:
+        with sync_playwright() as p:
+            context = p.chromium.launch_persistent_context(
+                profile, executable_path=chromium(), headless=True, args=CHROMIUM_FLAGS)
+            printed = print_twice(context, document, parts, paper)
+            context.close()
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    return printed
+
+
+def bind(first: bytes, contents: bytes, outline: list[tuple[int, str, int]],
+         pages: dict[str, int], headings: dict[str, str], edition: str):
+    """The book as a pypdf writer: the contents' second printing in front of the rest of
+    the first, with bookmarks for every part and section, and the document's metadata."""
     import io
 
+    from pypdf import PdfReader, PdfWriter
+
+    front = min(pages.values()) - 1  # the title page and the table of contents
     body, toc = PdfReader(io.BytesIO(first)), PdfReader(io.BytesIO(contents))
     if len(toc.pages) != front:
         raise SystemExit(f"make pdf: the contents took {len(toc.pages)} pages, not {front}")
@@ -397,19 +289,12 @@ def build_pdf(edition: str = "full", out: Path | None = None, paper: str = "A4",
     writer.add_metadata({"/Title": "Building a Transformer, step by step",
                          "/Subject": f"package transformer {package_version()}, {edition} edition",
                          "/Creator": "tools/pdf.py (Chromium, pypdf)"})
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("wb") as handle:
-        writer.write(handle)
-    size = out.stat().st_size / 2**20
-    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
-    print(f"pdf: {len(writer.pages)} pages, {size:.1f} MB, {len(parts)} parts, "
-          f"{time.perf_counter() - start:.0f} s; {shown}")
-    return out
+    return writer
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--edition", choices=website.EDITIONS, default="full",
+    parser.add_argument("--edition", choices=EDITIONS, default="full",
                         help="full: solutions after each exercise (default); student: none")
     parser.add_argument("--out", type=Path, default=None,
                         help="the PDF (default: _build/book.pdf, _build/book-student.pdf)")
