@@ -49,7 +49,7 @@ copyright = "the authors of the book, MIT licence"  # noqa: A001
 version = release = package_version()
 # `make site EDITION=student` builds with the tag `student`: no solutions, no hidden tests.
 EDITION = "student" if tags.has("student") else "full"  # noqa: F821 (Sphinx's tags)
-# `make zh` builds the Chinese edition's site with the tag `zh` (tools/website.py
+# `make site LANGUAGE=zh` builds the Chinese edition's site with the tag `zh` (tools/website.py
 # --language zh): <html lang="zh-CN">, the theme's own words in Chinese, and the strings
 # of the book's templates from the edition's table (book/locale/zh_CN/LC_MESSAGES/build.po).
 LANGUAGE = "zh" if tags.has("zh") else "en"  # noqa: F821 (Sphinx's tags)

@@ -1448,7 +1448,7 @@ from typing import NamedTuple
 import transformer as _package
 from transformer.model import read_pretrained_config
 
-LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make lm-checkpoint
+LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm
 VOCAB_FILE = "vocab.json"
 
 
@@ -1540,7 +1540,7 @@ with eval_mode(model):
 print("reloaded: the same logits, bit for bit")
 
 # %% [markdown]
-# The package ships the same model trained longer: `make lm-checkpoint` runs chapter
+# The package ships the same model trained longer: `make checkpoint MODEL=lm` runs chapter
 # 12's train command on `transformer/configs/lm.toml` (this section's model, optimizer and batches;
 # 1,300 updates, each window of the training text seen about once: 11 minutes on a quiet
 # machine, and about 40 for the shipped model on a machine busy with other jobs, where it
@@ -1559,7 +1559,7 @@ print("reloaded: the same logits, bit for bit")
 # its continued lines in form at temperature 0.6, 20 points lower than the shipped
 # model's 92.7%. These figures of the fresh run were measured once and are written in
 # the header of `transformer/configs/lm.toml`; no cell here prints them.
-# Both runs are the same code on the same data; a reader who runs `make lm-checkpoint`
+# Both runs are the same code on the same data; a reader who runs `make checkpoint MODEL=lm`
 # gets the second model, and this chapter's printed numbers then change accordingly.
 
 # %%

@@ -1476,7 +1476,7 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 # finished model is saved with its vocabulary in chapter 11's format.
 #
 # `transformer/configs/lm.toml` is the recipe of the model that ships with the package and that
-# chapter 11 loads: `make lm-checkpoint` runs
+# chapter 11 loads: `make checkpoint MODEL=lm` runs
 # `python -m transformer train transformer/configs/lm.toml` (about 11 minutes on 2 quiet cores) and copies the
 # result into the package. Here, a small version of it on 2 processes for 40 steps:
 
@@ -1745,7 +1745,7 @@ print("ex4 passed")
 # - The config says what to train (`[model] task`): chapter 09's translator, or chapter
 #   11's language model, whose windows of text are batched, sharded and resumed the same
 #   way; `transformer/configs/lm.toml` is the recipe of the language model the package ships
-#   (`make lm-checkpoint`).
+#   (`make checkpoint MODEL=lm`).
 # - `python -m transformer train CONFIG` runs one process; `torchrun --nproc_per_node=N`
 #   (and `--nnodes`, `--node_rank`, `--rdzv_endpoint` across machines) runs N, with gloo on
 #   CPUs and nccl on GPUs. Rank 0 alone logs and saves.

@@ -721,7 +721,7 @@ assert timings[False] < 2 * timings[True]  # never much slower; usually faster
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-shipped, shipped_vocab, _ = load_language_model()  # chapter 11's model, trained by `make lm-checkpoint`
+shipped, shipped_vocab, _ = load_language_model()  # chapter 11's model, trained by `make checkpoint MODEL=lm`
 assert shipped_vocab == vocab, "chapter 11's model has this chapter's vocabulary, so its perplexity compares"
 reference = {"bigram": perplexity(BigramLanguageModel(streams["train"], len(vocab), 0.7), valid_sample, SEQ_LEN),
              "chapter 11's model": perplexity(shipped, valid_sample, SEQ_LEN)}

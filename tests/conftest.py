@@ -23,6 +23,7 @@ SLOW = {  # file: seconds of its tests in make pytest, measured 2026-12-02 (see 
     "test_clean_install.py": 43,  # the wheel into an empty venv (pip unpacks torch)
     "test_refinement_runs.py": 13,  # the comparison tool, two runs of two updates
     "test_generation.py": 19,   # the command line, in subprocesses
+    "test_readme.py": 18,       # the README's examples, and its command lines in subprocesses
     "test_text.py": 9,          # rebuilds the shipped corpus from npm's package
     "test_training.py": 6,      # the copy task learns
     "test_notebooks.py": 6,     # nbval itself on chapter 01

@@ -97,7 +97,7 @@ def reading_the_source(chapter_path: Path) -> dict[str, str]:
 
 
 def toy_chapter(directory: Path):
-    """The toy chapter, stamped as `make stamp` stamps a real one."""
+    """The toy chapter, stamped as `make sync` stamps a real one."""
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_markdown_cell(source) if kind == "markdown"
                       else nbformat.v4.new_code_cell(source) for kind, source in TOY]

@@ -31,11 +31,11 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import torch
 from torch import nn
 
+from tools.timing import Round, interleaved_rounds
 from transformer import PAPER_CONFIGS, Transformer, greedy_decode
 from transformer.benchmarks import (
     bandwidth_bytes_per_second,
@@ -69,38 +69,19 @@ def eval_forward_fn(model: nn.Module, batch):
     return eval_forward(model, batch)
 
 
-def timed(fn) -> tuple[float, float]:
-    """(wall-clock seconds, process CPU seconds) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def compare(name: str, ours, ref, repeats: int, rounds: int) -> tuple[list[float], list[float]]:
     """Interleaved timings; per-round ratios of medians (ours / PyTorch), wall and CPU time.
 
     CPU time (summed over our threads) is less disturbed than wall time when other
     programs share the cores, so both are reported.
     """
-    for _ in range(2):  # warm-up: allocator, kernels, optimiser state
-        ours()
-        ref()
-    wall_ratios, cpu_ratios = [], []
-    for r in range(rounds):
-        t_ours, t_ref = [], []
-        for _ in range(repeats):
-            t_ours.append(timed(ours))
-            t_ref.append(timed(ref))
-        w_ours = statistics.median(t[0] for t in t_ours)
-        w_ref = statistics.median(t[0] for t in t_ref)
-        c_ours = statistics.median(t[1] for t in t_ours)
-        c_ref = statistics.median(t[1] for t in t_ref)
-        wall_ratios.append(w_ours / w_ref)
-        cpu_ratios.append(c_ours / c_ref)
-        print(f"  {name} round {r + 1}: wall ours {w_ours * 1e3:8.1f} ms, torch {w_ref * 1e3:8.1f} ms, "
-              f"ratio {w_ours / w_ref:.3f} | cpu ours {c_ours * 1e3:8.1f} ms, torch {c_ref * 1e3:8.1f} ms, "
-              f"ratio {c_ours / c_ref:.3f}", flush=True)
-    return wall_ratios, cpu_ratios
+    def report(r: int, t: Round) -> None:
+        print(f"  {name} round {r}: wall ours {t.wall_ours * 1e3:8.1f} ms, torch "
+              f"{t.wall_theirs * 1e3:8.1f} ms, ratio {t.wall:.3f} | cpu ours {t.cpu_ours * 1e3:8.1f} ms, "
+              f"torch {t.cpu_theirs * 1e3:8.1f} ms, ratio {t.cpu:.3f}", flush=True)
+
+    found = interleaved_rounds(ours, ref, repeats, rounds, report=report)
+    return [t.wall for t in found], [t.cpu for t in found]
 
 
 def profile(model: nn.Module, batch, label: str) -> None:

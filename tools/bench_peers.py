@@ -44,7 +44,6 @@ import json
 import os
 import statistics
 import sys
-import time
 import tomllib
 import warnings
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from pathlib import Path
 
 import torch
 
+from tools.timing import Round, interleaved_rounds
 from transformer.benchmarks import (
     eval_forward,
     greedy_fns,
@@ -126,37 +126,21 @@ def eval_forwards() -> tuple[Callable[[], None], Callable[[], None]]:
     return eval_forward(ours, batch), eval_forward(reference, batch)
 
 
-def timed(fn) -> tuple[float, float]:
-    """(wall-clock seconds, process CPU seconds) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def compare(name: str, ours, theirs, repeats: int, rounds: int, warmup: int = 2) -> dict:
     """Interleaved timings; per-round medians and ratios (ours / theirs), wall and CPU time."""
-    for _ in range(warmup):
-        ours()
-        theirs()
-    rows = []
-    for r in range(rounds):
-        t_ours, t_theirs = [], []
-        for _ in range(repeats):
-            t_ours.append(timed(ours))
-            t_theirs.append(timed(theirs))
-        w_o, w_t = (statistics.median(t[0] for t in ts) for ts in (t_ours, t_theirs))
-        c_o, c_t = (statistics.median(t[1] for t in ts) for ts in (t_ours, t_theirs))
-        rows.append((w_o, w_t, c_o, c_t))
-        print(f"  {name} round {r + 1}: wall ours {w_o * 1e3:7.1f} ms, theirs {w_t * 1e3:7.1f} ms, "
-              f"ratio {w_o / w_t:.3f} | cpu ratio {c_o / c_t:.3f}; load {load()}", flush=True)
-    wall = [w_o / w_t for w_o, w_t, _, _ in rows]
-    cpu = [c_o / c_t for _, _, c_o, c_t in rows]
-    return {"name": name, "ours_ms": 1e3 * statistics.median(r[0] for r in rows),
-            "theirs_ms": 1e3 * statistics.median(r[1] for r in rows),
+    def report(r: int, t: Round) -> None:
+        print(f"  {name} round {r}: wall ours {t.wall_ours * 1e3:7.1f} ms, theirs "
+              f"{t.wall_theirs * 1e3:7.1f} ms, ratio {t.wall:.3f} | cpu ratio {t.cpu:.3f}; "
+              f"load {load()}", flush=True)
+
+    rows = interleaved_rounds(ours, theirs, repeats, rounds, warmup, report)
+    wall, cpu = [t.wall for t in rows], [t.cpu for t in rows]
+    return {"name": name, "ours_ms": 1e3 * statistics.median(t.wall_ours for t in rows),
+            "theirs_ms": 1e3 * statistics.median(t.wall_theirs for t in rows),
             "wall": statistics.median(wall), "wall_spread": (min(wall), max(wall)),
             "cpu": statistics.median(cpu), "load": os.getloadavg()[0]}
 

@@ -37,11 +37,9 @@ def cores() -> int:
 
 
 def default_jobs() -> int:
-    """How many chapters (or test files) run at once: $JOBS, else $BOOK_JOBS (its
-    older name), else the cores."""
-    for name in ("JOBS", "BOOK_JOBS"):
-        if os.environ.get(name):
-            return max(1, int(os.environ[name]))
+    """How many chapters (or test files) run at once: $JOBS, else the cores."""
+    if os.environ.get("JOBS"):
+        return max(1, int(os.environ["JOBS"]))
     return cores()
 
 

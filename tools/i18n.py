@@ -30,7 +30,7 @@ referencing the file that writes it.
 - build: the Chinese notebook of each chapter: markdown translated unit by unit (refused
   while check fails), code cells and outputs untouched, each figure's Chinese caption
   and alt text in its cell's metadata (`i18n`), which the site uses. The Chinese site is
-  `make zh` (python -m tools.website --language zh), from these notebooks, the build's table
+  `make site LANGUAGE=zh` (python -m tools.website --language zh), from these notebooks, the build's table
   and the site's own Chinese pages (book/locale/zh_CN/pages/, whose typography the check
   lints too).
 

@@ -447,7 +447,7 @@ from typing import NamedTuple
 import transformer as _package
 from transformer.model import read_pretrained_config
 
-LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make lm-checkpoint
+LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm
 VOCAB_FILE = "vocab.json"
 
 
