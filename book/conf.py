@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # the package, for autodoc
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT))  # the package, for autodoc, and the book's tools
 
-from docstrings import plain_text_to_rest  # noqa: E402
-from project_info import (  # noqa: E402
+from tools.docstrings import plain_text_to_rest  # noqa: E402
+from tools.project_info import (  # noqa: E402
     distribution_name,
     package_version,
     python_versions,
@@ -34,9 +33,7 @@ from project_info import (  # noqa: E402
 # The templates count too: Sphinx notices a changed template, not a removed one.
 book_code = hashlib.sha256(b"".join(
     path.read_bytes() for path in [Path(__file__), *sorted((ROOT / "book" / "_templates").rglob("*.html")),
-                                   *(ROOT / "tools" / name for name in (
-                                       "docstrings.py", "website.py", "search_cjk.py",
-                                       "project_info.py"))])).hexdigest()
+                                   *sorted((ROOT / "tools").glob("*.py"))])).hexdigest()
 
 # The version, supported Pythons and repository address, each from the one place it is
 # set (tools/project_info.py). The repository's address is `Repository` under
@@ -55,17 +52,16 @@ EDITION = "student" if tags.has("student") else "full"  # noqa: F821 (Sphinx's t
 LANGUAGE = "zh" if tags.has("zh") else "en"  # noqa: F821 (Sphinx's tags)
 language = "zh_CN" if LANGUAGE == "zh" else "en"
 if LANGUAGE == "zh":
-    from i18n import BUILD_TABLE, LOCALE, build_table
+    from tools.i18n_catalogues import BUILD_TABLE, LOCALE, build_table
 
-    book_code = hashlib.sha256(book_code.encode() + (ROOT / "tools" / "i18n.py").read_bytes()
-                               + (LOCALE / BUILD_TABLE).read_bytes()).hexdigest()
+    book_code = hashlib.sha256(book_code.encode() + (LOCALE / BUILD_TABLE).read_bytes()).hexdigest()
     BOOK_TEXT = build_table()
 
 extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx_copybutton",
-    "search_cjk",  # tools/search_cjk.py: Chinese in the search index, snippets from file://
+    "tools.search_cjk",  # Chinese in the search index, snippets from file://
 ]
 
 # --- sources -------------------------------------------------------------------

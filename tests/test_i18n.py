@@ -1,4 +1,4 @@
-"""The Chinese edition's catalogues (tools/i18n.py): the check passes on the repository and
+"""The Chinese edition's catalogues (tools/i18n.py, i18n_catalogues.py, i18n_check.py): the check passes on the repository and
 fails, naming the unit, when the English changes under a translation, when a translation
 is missing, when the Chinese changes a number, inline code, math or a token, and when its
 typography is wrong; the Chinese notebook keeps every code cell and output byte for byte.
@@ -18,7 +18,7 @@ import nbformat
 import polib
 import pytest
 
-from tools import i18n
+from tools import i18n, i18n_catalogues, i18n_check
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
@@ -32,9 +32,9 @@ def copy(tmp_path: Path) -> tuple[Path, Path]:
     """(chapters, locale): a copy of chapter 01 and of the Chinese catalogues."""
     chapters = tmp_path / "chapters"
     chapters.mkdir()
-    shutil.copy(i18n.CHAPTERS / f"{NAME}.ipynb", chapters)
+    shutil.copy(CHAPTERS / f"{NAME}.ipynb", chapters)
     locale = tmp_path / "locale"
-    shutil.copytree(i18n.LOCALE, locale)
+    shutil.copytree(i18n_catalogues.LOCALE, locale)
     return chapters, locale
 
 
@@ -49,16 +49,16 @@ def edit_chapter(chapters: Path, cell_id: str, old: str, new: str) -> None:
 
 def edit_entry(locale: Path, cell_id: str, change) -> polib.POEntry:
     """Apply change(entry) to the first entry of the cell; return the entry."""
-    path = i18n.catalogue_path(NAME, locale)
-    po = i18n.load(path)
-    entry = next(e for e in po if not e.obsolete and cell_id in i18n._cells(e))
+    path = i18n_catalogues.catalogue_path(NAME, locale)
+    po = i18n_catalogues.load(path)
+    entry = next(e for e in po if not e.obsolete and cell_id in i18n_catalogues.cells_of(e))
     change(entry)
     po.save(str(path))
     return entry
 
 
 def check(chapters: Path, locale: Path) -> list[str]:
-    return i18n.problems((NAME,), chapters, locale)
+    return i18n_check.problems((NAME,), chapters, locale)
 
 
 # --- on the repository -------------------------------------------------------------
@@ -74,27 +74,27 @@ def test_the_repository_passes_in_seconds():
 
 def test_the_edition_is_one_list_and_every_chapter_in_it_has_a_catalogue():
     chapters = sorted(path.stem for path in CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
-    catalogues = {path.stem for path in (i18n.LOCALE / "chapters").glob("*.po")}
-    assert list(i18n.EDITION) == [name for name in chapters if name in i18n.EDITION]  # the book's order
-    assert set(i18n.EDITION) == catalogues  # no catalogue left out of the edition, none missing
-    for name in i18n.EDITION:
-        assert i18n.catalogue_path(name).exists()
-        assert i18n.chapter_problems(name) == []
-    assert i18n.table_problems() == []
+    catalogues = {path.stem for path in (i18n_catalogues.LOCALE / "chapters").glob("*.po")}
+    assert list(i18n_catalogues.EDITION) == [name for name in chapters if name in i18n_catalogues.EDITION]  # the book's order
+    assert set(i18n_catalogues.EDITION) == catalogues  # no catalogue left out of the edition, none missing
+    for name in i18n_catalogues.EDITION:
+        assert i18n_catalogues.catalogue_path(name).exists()
+        assert i18n_check.chapter_problems(name) == []
+    assert i18n_check.table_problems() == []
 
 
 def test_the_committed_catalogue_is_what_extract_writes(copy):
     chapters, locale = copy
-    before = i18n.catalogue_path(NAME, locale).read_text(encoding="utf-8")
-    i18n.extract(NAME, chapters, locale)
-    assert i18n.catalogue_path(NAME, locale).read_text(encoding="utf-8") == before
+    before = i18n_catalogues.catalogue_path(NAME, locale).read_text(encoding="utf-8")
+    i18n_catalogues.extract(NAME, chapters, locale)
+    assert i18n_catalogues.catalogue_path(NAME, locale).read_text(encoding="utf-8") == before
 
 
 def test_units_are_headings_paragraphs_list_items_and_figure_texts():
-    notebook = nbformat.read(i18n.CHAPTERS / f"{NAME}.ipynb", as_version=4)
-    units = i18n.chapter_units(notebook)
+    notebook = nbformat.read(CHAPTERS / f"{NAME}.ipynb", as_version=4)
+    units = i18n_catalogues.chapter_units(notebook)
     kinds = {u.kind for u in units}
-    assert {"heading", "paragraph", "list item", "quote", i18n.CAPTION, i18n.ALT} <= kinds
+    assert {"heading", "paragraph", "list item", "quote", i18n_catalogues.CAPTION, i18n_catalogues.ALT} <= kinds
     texts = [u.msgid for u in units]
     assert "01 · Embedding: from token ids to vectors" in texts
     assert not any("\n" in t for t in texts)
@@ -112,9 +112,9 @@ def test_a_changed_english_sentence_is_named_stale_then_fuzzy_then_fixed(copy):
     assert "cell 5339f800" in found[0] and "stale" in found[0]
     assert "[-means nothing.-] {+is meaningless.+}" in found[0]
 
-    shown = i18n.diff(NAME, chapters, locale)  # before extract
-    i18n.extract(NAME, chapters, locale)
-    assert i18n.diff(NAME, chapters, locale) == shown  # and after
+    shown = i18n_check.diff(NAME, chapters, locale)  # before extract
+    i18n_catalogues.extract(NAME, chapters, locale)
+    assert i18n_check.diff(NAME, chapters, locale) == shown  # and after
     text = "\n".join(shown)
     assert "new English: These ids" in text and "is meaningless." in text
     assert "old English: These ids" in text and "means nothing." in text
@@ -137,7 +137,7 @@ def test_a_new_unit_is_missing_and_a_removed_one_must_be_marked_obsolete(copy):
 
     chapters2, locale2 = copy[0].parent / "c2", copy[1]
     chapters2.mkdir()
-    shutil.copy(i18n.CHAPTERS / f"{NAME}.ipynb", chapters2)
+    shutil.copy(CHAPTERS / f"{NAME}.ipynb", chapters2)
     notebook = nbformat.read(chapters2 / f"{NAME}.ipynb", as_version=4)
     cell = next(c for c in notebook.cells if c.id == "1ada21b3")
     cell.source = cell.source.split("\n\n")[0]  # the heading stays, the paragraph goes
@@ -146,9 +146,9 @@ def test_a_new_unit_is_missing_and_a_removed_one_must_be_marked_obsolete(copy):
     found = check(chapters2, locale2)
     assert len(found) == 1 and "no longer in the chapter" in found[0], found
     assert "Left: the table" in found[0]  # the start of the unit that went
-    i18n.extract(NAME, chapters2, locale2)
+    i18n_catalogues.extract(NAME, chapters2, locale2)
     assert check(chapters2, locale2) == []
-    obsolete = [e for e in i18n.load(i18n.catalogue_path(NAME, locale2)) if e.obsolete]
+    obsolete = [e for e in i18n_catalogues.load(i18n_catalogues.catalogue_path(NAME, locale2)) if e.obsolete]
     assert [e.msgid.endswith("the empty stripe at the top.") for e in obsolete] == [True]
 
 
@@ -158,9 +158,9 @@ def test_an_empty_or_deleted_translation_is_named(copy):
     found = check(chapters, locale)
     assert len(found) == 1 and "cell 087b27d5" in found[0] and "untranslated" in found[0], found
 
-    path = i18n.catalogue_path(NAME, locale)
-    po = i18n.load(path)
-    po.remove(next(e for e in po if "087b27d5" in i18n._cells(e)))
+    path = i18n_catalogues.catalogue_path(NAME, locale)
+    po = i18n_catalogues.load(path)
+    po.remove(next(e for e in po if "087b27d5" in i18n_catalogues.cells_of(e)))
     po.save(str(path))
     found = check(chapters, locale)
     assert len(found) == 1 and "cell 087b27d5" in found[0] and "missing" in found[0], found
@@ -184,16 +184,16 @@ def test_changed_inline_code_is_named(copy):
 
 
 def test_math_tokens_links_and_placeholders_must_match():
-    assert i18n.mismatches("a `<bos>` b", "甲 `<bos>` 乙") == []
-    assert "inline code" in i18n.mismatches("a `<bos>` b", "甲 `<BOS>` 乙")[0]
-    assert "math" in i18n.mismatches("norm $\\sqrt 2$", "范数 $\\sqrt 3$")[0]
-    assert "special tokens" in i18n.mismatches("from <pad> to pears", "从 pad 到 pears")[0]
-    assert "link targets" in i18n.mismatches("see [the paper](a.md)", "见[论文](b.md)")[0]
-    assert "link targets" in i18n.mismatches("{doc}`API </api/embedding>`", "{doc}`API </api/x>`")[0]
-    assert "placeholders" in i18n.mismatches("Figure {chapter}", "图 {number}")[0]
+    assert i18n_check.mismatches("a `<bos>` b", "甲 `<bos>` 乙") == []
+    assert "inline code" in i18n_check.mismatches("a `<bos>` b", "甲 `<BOS>` 乙")[0]
+    assert "math" in i18n_check.mismatches("norm $\\sqrt 2$", "范数 $\\sqrt 3$")[0]
+    assert "special tokens" in i18n_check.mismatches("from <pad> to pears", "从 pad 到 pears")[0]
+    assert "link targets" in i18n_check.mismatches("see [the paper](a.md)", "见[论文](b.md)")[0]
+    assert "link targets" in i18n_check.mismatches("{doc}`API </api/embedding>`", "{doc}`API </api/x>`")[0]
+    assert "placeholders" in i18n_check.mismatches("Figure {chapter}", "图 {number}")[0]
     # The order may change; a number written in words stays in words.
-    assert i18n.mismatches("$a$ then $b$, thirty-two times 16", "先 $b$ 后 $a$，16 的三十二倍") == []
-    assert "numbers" in i18n.mismatches("thirty-two times", "32 倍")[0]
+    assert i18n_check.mismatches("$a$ then $b$, thirty-two times 16", "先 $b$ 后 $a$，16 的三十二倍") == []
+    assert "numbers" in i18n_check.mismatches("thirty-two times", "32 倍")[0]
 
 
 def test_typography_is_linted(copy):
@@ -202,25 +202,25 @@ def test_typography_is_linted(copy):
     found = check(chapters, locale)
     assert len(found) == 1 and "cell 0f7484e6" in found[0] and "typography" in found[0], found
 
-    assert i18n.typography("我们用 PyTorch 构建 Transformer，很好。") == []
+    assert i18n_check.typography("我们用 PyTorch 构建 Transformer，很好。") == []
     for bad in ("我们用PyTorch构建", "很好,对", "标签(label)不是数值", "函数`encode`把句子",
                 "对$V$个", '所有的"距离"都会改变'):
-        assert i18n.typography(bad), bad
-    assert i18n.typography("编码器-解码器（encoder-decoder）") == []  # d2l-zh's dash
+        assert i18n_check.typography(bad), bad
+    assert i18n_check.typography("编码器-解码器（encoder-decoder）") == []  # d2l-zh's dash
 
 
 def test_the_chinese_sites_own_pages_are_linted(tmp_path):
     (tmp_path / "index.md").write_text("# 标题\n\n```text\nx,y\n```\n\n每章一个思路,每一章。\n",
                                        encoding="utf-8")
-    [found] = {line.split(": ", 1)[0] for line in i18n.page_problems(tmp_path)}
+    [found] = {line.split(": ", 1)[0] for line in i18n_check.page_problems(tmp_path)}
     assert found.endswith("index.md:7")
-    assert i18n.page_problems(i18n.LOCALE.parent / "pages") == []
+    assert i18n_check.page_problems(i18n_catalogues.LOCALE.parent / "pages") == []
 
 
 def test_emphasis_that_would_show_its_asterisks_is_named(copy):
     chapters, locale = copy
-    path = i18n.catalogue_path(NAME, locale)
-    po = i18n.load(path)
+    path = i18n_catalogues.catalogue_path(NAME, locale)
+    po = i18n_catalogues.load(path)
     quote = next(e for e in po if e.msgid.startswith("**How to read this book.**"))
     quote.msgstr = quote.msgstr.replace("**怎样读这本书。** ", "**怎样读这本书。**")
     po.save(str(path))
@@ -230,12 +230,12 @@ def test_emphasis_that_would_show_its_asterisks_is_named(copy):
 
 def test_a_stale_or_untranslated_build_string_is_named(copy):
     _, locale = copy
-    path = locale / i18n.BUILD_TABLE
-    po = i18n.load(path)
+    path = locale / i18n_catalogues.BUILD_TABLE
+    po = i18n_catalogues.load(path)
     next(e for e in po if e.msgid == "Show a solution").msgid = "Show the solution"
     next(e for e in po if e.msgid == "Close").msgstr = ""
     po.save(str(path))
-    found = i18n.table_problems(locale)
+    found = i18n_check.table_problems(locale)
     assert len(found) == 2, found
     assert any("stale" in f and "tools/website.py" in f and "Show the solution" in f for f in found)
     assert any("untranslated" in f and "'Close'" in f for f in found)
@@ -248,11 +248,11 @@ def test_build_translates_the_prose_and_keeps_code_and_outputs(copy, tmp_path):
     [path] = i18n.build((NAME,), tmp_path / "zh", chapters, locale)
     english = nbformat.read(chapters / f"{NAME}.ipynb", as_version=4)
     chinese = nbformat.read(path, as_version=4)
-    note = [c for c in chinese.cells if c.get("id") == i18n.NOTE_CELL]
+    note = [c for c in chinese.cells if c.get("id") == i18n_catalogues.NOTE_CELL]
     assert len(note) == 1 and "代码、输出、注释" in note[0].source
-    cells = [c for c in chinese.cells if c.get("id") != i18n.NOTE_CELL]
+    cells = [c for c in chinese.cells if c.get("id") != i18n_catalogues.NOTE_CELL]
     assert len(cells) == len(english.cells)
-    units = {u.msgid for u in i18n.chapter_units(english)}
+    units = {u.msgid for u in i18n_catalogues.chapter_units(english)}
     for en, zh in zip(english.cells, cells, strict=True):
         assert en.cell_type == zh.cell_type and en.get("id") == zh.get("id")
         if en.cell_type == "code":
@@ -263,14 +263,14 @@ def test_build_translates_the_prose_and_keeps_code_and_outputs(copy, tmp_path):
         assert zh.metadata == en.metadata
         # The same blocks, in the same order (headings, lists, math, the answer's marker).
         assert block_types(zh.source) == block_types(en.source), en.id
-        assert not any(unit in i18n.unit_text(zh.source) for unit in units), en.id
+        assert not any(unit in i18n_catalogues.unit_text(zh.source) for unit in units), en.id
     figures = [c.metadata["i18n"] for c in cells if "i18n" in c.metadata]
     assert len(figures) == 2 and all("fig-cap" in f and "fig-alt" in f for f in figures)
     assert figures[0]["fig-cap"].startswith("嵌入表与一次查找")
 
 
 def block_types(markdown: str) -> list[str]:
-    return [t.type for t in i18n._MARKDOWN.parse(markdown) if t.type != "inline"]
+    return [t.type for t in i18n_catalogues.MARKDOWN.parse(markdown) if t.type != "inline"]
 
 
 def test_build_is_refused_while_the_check_fails(copy, tmp_path):
@@ -292,7 +292,7 @@ def test_tables_lists_and_quotes_are_translated_in_place():
              "padding `[B,1]`": "填充 `[B,1]`", "batch": "批量", "**One.** Text wrapped.":
              "**一。** 正文。", "More text.": "更多正文。", "Two": "二", "A paragraph.": "段落。",
              "Setext heading": "二级标题"}
-    result = i18n.translate_markdown(source, lambda text: words[text])
+    result = i18n_catalogues.translate_markdown(source, lambda text: words[text])
     assert result.split("\n") == [
         "## 标题", "", "> 引文。", "", "| 轴 | 填充 `[B,1]` |", "|---|---|", "| 批量 | 2 |", "",
         "1. **一。** 正文。", "", "   更多正文。", "2. 二", "",

@@ -17,7 +17,7 @@ A chapter is `chapters/NN_name.ipynb`, paired with `chapters/NN_name.py`
   answer, graded by hand (nbgrader's "manually graded answer"): the rest of the cell is
   the teacher's model answer, which a student copy replaces by `YOUR ANSWER HERE`;
 - `#| fig-cap: ...` and `#| fig-alt: ...` lines in a code cell give its figure's
-  caption and alt text (`figure_options`: the site and the Chinese edition read them).
+  caption and alt text (tools/figures.py: the site and the Chinese edition read them).
 
 nbgrader reads the same markers (it finds them anywhere in a line, markdown
 included), so the marker text appears nowhere else: `marker_problems` says where
@@ -282,34 +282,16 @@ def strip_hidden_tests(source: str) -> str:
     return "\n".join(lines)
 
 
-# A figure's caption and alt text, written in its cell as Quarto writes cell options; a
-# line `#|` indented by two more spaces continues the option above it:
-#   #| fig-cap: Attention weights of the running example: each row sums to 1.
-#   #| fig-alt: A 5 by 5 heat map whose brightest square in each row is on
-#   #|   the diagonal.
-FIGURE_OPTION = re.compile(r"^\s*#\|\s*(fig-cap|fig-alt)\s*:\s*(.*?)\s*$")
-OPTION_CONTINUED = re.compile(r"^\s*#\|\s{2,}(\S.*?)\s*$")
-
-
-def figure_options(source: str) -> tuple[dict[str, str], str]:
-    """({'fig-cap': ..., 'fig-alt': ...}, the source without those lines) for a cell's
-    `#| fig-cap:` / `#| fig-alt:` lines and their continuations."""
-    options: dict[str, str] = {}
-    kept: list[str] = []
-    current = None
-    for line in source.splitlines():
-        if match := FIGURE_OPTION.match(line):
-            current = match.group(1)
-            options[current] = match.group(2)
-        elif current and (match := OPTION_CONTINUED.match(line)):
-            options[current] += " " + match.group(1)
-        else:
-            current = None
-            kept.append(line)
-    return {k: v.strip().strip("\"'") for k, v in options.items()}, "\n".join(kept)
-
-
 # --- nbgrader cell metadata, derived from the conventions above ------------------
+
+def answer_metadata(name: str, points: int, index: int, seen: set[str]) -> dict:
+    """A written answer's nbgrader metadata (manually graded); its name joins `seen`."""
+    if name in seen:
+        raise BookError(f"cell {index}: answer `{name}` has the name of another exercise")
+    seen.add(name)
+    return {"grade": True, "grade_id": name, "locked": False, "points": points,
+            "schema_version": 3, "solution": True, "task": False}
+
 
 def nbgrader_metadata(notebook: nbformat.NotebookNode) -> list[dict | None]:
     """The nbgrader metadata each cell must carry (None: none), in cell order.
@@ -335,12 +317,7 @@ def nbgrader_metadata(notebook: nbformat.NotebookNode) -> list[dict | None]:
     seen: set[str] = set()
     for index, cell in enumerate(cells):
         if cell.cell_type == "markdown" and (answer := answer_directive(cell.source)):
-            name, points = answer
-            if name in seen:
-                raise BookError(f"cell {index}: answer `{name}` has the name of another exercise")
-            seen.add(name)
-            found[index] = {"grade": True, "grade_id": name, "locked": False, "points": points,
-                            "schema_version": 3, "solution": True, "task": False}
+            found[index] = answer_metadata(*answer, index, seen)
             continue
         if cell.cell_type != "code":
             continue

@@ -19,6 +19,7 @@ import re
 
 import nbformat
 
+from tools.figures import figure_options
 from tools.notebooks import (
     BEGIN_HIDDEN,
     BEGIN_SOLUTION,
@@ -27,7 +28,6 @@ from tools.notebooks import (
     Chapter,
     check_directive,
     directive,
-    figure_options,
     solution_regions,
 )
 from tools.student_copies import student_copy

@@ -15,7 +15,7 @@ from tools.notebooks import ROOT
 
 BUILD = ROOT / "_build"  # the reader's site: _build/html/
 EDITIONS = ("full", "student")  # with solutions (folded) / as `make student` hands out
-# The English site, and the Chinese edition's (`make site LANGUAGE=zh`: the chapters in tools/i18n.py's
+# The English site, and the Chinese edition's (`make site LANGUAGE=zh`: the chapters in tools/i18n_catalogues.py's
 # EDITION, translated, in _build/zh/html/; lang="zh-CN").
 LANGUAGES = ("en", "zh")
 

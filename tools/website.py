@@ -13,7 +13,7 @@ _build/student/html/) shows the chapters as `make student` hands them out, witho
 solutions or hidden tests, for a teacher to publish to a class.
 
 Two languages: English (default) and the Chinese edition (`make site LANGUAGE=zh`, `--language zh`,
-_build/zh/html/, lang="zh-CN"): the chapters listed in tools/i18n.py's EDITION, their
+_build/zh/html/, lang="zh-CN"): the chapters listed in tools/i18n_catalogues.py's EDITION, their
 notebooks made Chinese there from the catalogues of book/locale/zh_CN/ (code and outputs
 untouched), the landing page of book/locale/zh_CN/pages/, and the strings this file
 writes through `_()` in the Chinese of the edition's table (every string the build
@@ -87,7 +87,7 @@ def _(english: str, language: str = "en") -> str:
     table, book/locale/zh_CN/LC_MESSAGES/build.po, which `python -m tools.i18n check` keeps complete."""
     if language == "en":
         return english
-    from tools.i18n import build_table
+    from tools.i18n_catalogues import build_table
 
     table = build_table()
     if english not in table:
@@ -295,7 +295,7 @@ def assemble(chapters: list[Chapter], site: Site = READER) -> tuple[int, str]:
     wanted[src / GENERATED / "symbols.json"] = json.dumps(symbol_chapters(chapters), indent=1)
     wanted[src / GENERATED / "static" / "exports.css"] = export_styles(chapters, site.language)
     if site.language != "en":
-        from tools.i18n import EDITION_NOTE
+        from tools.i18n_catalogues import EDITION_NOTE
 
         wanted[src / GENERATED / "edition_note.md"] = "> " + _(EDITION_NOTE, site.language) + "\n"
     changed = write_tree(src, wanted)
