@@ -284,8 +284,8 @@ def figure_cells(chapter):
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.name)
 def test_every_figure_has_a_caption_and_alt_text(chapter):
     """Each figure's cell says what the figure shows, for the caption and for readers who
-    cannot see it: `#| fig-cap: ...` and `#| fig-alt: ...` lines (tools/notebooks.py: figure_options)."""
-    from tools.notebooks import figure_options
+    cannot see it: `#| fig-cap: ...` and `#| fig-alt: ...` lines (tools/figures.py)."""
+    from tools.figures import figure_options
 
     for index, cell in figure_cells(chapter):
         options, _ = figure_options(cell.source)
@@ -327,6 +327,48 @@ def test_search_index_finds_every_run_of_chinese(site):
                 assert doc in found, f"{run!r} on {chapter.name}: {term!r} is not indexed there"
                 checked += 1
     assert checked > 100, f"only {checked} Chinese terms on the chapters' pages?"
+
+
+@pytest.fixture(scope="module")
+def zh_site() -> Path:
+    """The Chinese edition's site (make site LANGUAGE=zh), about ten seconds."""
+    out = ROOT / "_build" / "test-site-zh"
+    run = subprocess.run([sys.executable, "-m", "tools.website", "--language", "zh", "--out", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"the Chinese site does not build:\n{run.stderr[-5000:]}"
+    assert "WARNING" not in run.stderr, run.stderr[-5000:]
+    return out / "html"
+
+
+def found_on(index: dict, query: str) -> set[str]:
+    """The pages on which the browser's search finds every term of a query."""
+    from tools.search_cjk import query_terms
+
+    pages = None
+    for term in query_terms(query):
+        hits = [index[kind].get(term, []) for kind in ("terms", "titleterms")]
+        docs = {index["docnames"][d] for h in hits for d in (h if isinstance(h, list) else [h])}
+        pages = docs if pages is None else pages & docs
+    return pages or set()
+
+
+def test_the_chinese_edition_is_a_chinese_site_of_its_chapters(zh_site):
+    """Every chapter of the edition is a page in Chinese (lang="zh-CN", its prose from the
+    catalogue), and the site's search finds the edition's terms where the chapters teach
+    them: 因果掩码 (causal mask) in chapter 04, the one character 键 (key) in chapter 03."""
+    from tools.i18n_catalogues import EDITION, catalogue_path, load
+
+    for name in EDITION:
+        page = (zh_site / "chapters" / f"{name}.html").read_text(encoding="utf-8")
+        assert '<html lang="zh-CN"' in page, name
+        title = load(catalogue_path(name))[0]  # the chapter's title, its first unit
+        assert title.comment == "heading" and title.msgid.startswith(name[:2] + " · "), name
+        text = page_text(zh_site / "chapters" / f"{name}.html")
+        assert title.msgstr in text and title.msgid not in text, name
+    index = search_index(zh_site)
+    assert "chapters/04_causal_mask" in found_on(index, "因果掩码")
+    assert "chapters/03_attention" in found_on(index, "键")
+    assert found_on(index, "鼠标垫") == set()  # a word the book never uses is found nowhere
 
 
 def solution_lines(chapter) -> set[str]:
