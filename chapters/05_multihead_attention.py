@@ -190,28 +190,14 @@ import torch
 from torch import Tensor
 
 
-def _check_attention_inputs(
-    d_model: int, dtype: torch.dtype, query: Tensor, key: Tensor | None, value: Tensor | None
-) -> None:
+def _check_attention_inputs(d_model: int, dtype: torch.dtype, query: Tensor, key: Tensor,
+                            value: Tensor) -> None:
     """Raise a clear error unless query [B, Tq, d_model], key/value [B, Tk, d_model] fit.
 
-    dtype is the module's weights' dtype, which the inputs must share. key and value are
-    None when they come from a cache (cross-attention in generation).
+    dtype is the module's weights' dtype, which the inputs must share.
     """
-    named = [("query", query), ("key", key), ("value", value)]
-    for name, x in named:
-        if x is None:
-            continue
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
-        if x.dtype != dtype:
-            raise TypeError(
-                f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
-                f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
-            )
-    if key is None or value is None:
-        return
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _check_attention_input(name, x, d_model, dtype)
     if key.size(0) != query.size(0) or value.size(0) != query.size(0):
         raise ValueError(
             "query, key and value must have the same batch size, got "
@@ -223,6 +209,17 @@ def _check_attention_inputs(
             f"value {tuple(value.shape)}"
         )
 
+
+def _check_attention_input(name: str, x: object, d_model: int, dtype: torch.dtype) -> None:
+    """A ValueError unless x is a tensor [batch, len, d_model]; a TypeError unless of dtype."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
+    if x.dtype != dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
+            f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
+        )
 
 # %% [markdown]
 # A mask broadcasts from the right, so a `[B, Tk]` padding mask (the key-padding form of
@@ -278,27 +275,22 @@ def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name:
 # three separate projections). We keep the four `nn.Linear` layers as the parameters, so
 # that the names stay readable and the weights copy one-to-one, and stack them on the fly
 # (a copy of $3d^2$ numbers, small next to the multiply itself when there are many
-# positions; for the one new position of a generation step it is not, so when `forward`
-# decodes with a cache it asks `project` for the three multiplies instead).
+# positions).
 #
-# Two optional arguments, `cache` and `static_kv`, are used by chapter 10 for fast
-# generation (the *KV cache*). In short: when the decoder produces one token at a time,
-# the keys and values of the earlier tokens do not change, so we keep them in a dict and
-# only project the new token (a cache object with an `append` method, as chapter 10's
-# `KVCache`, is written in place instead). With `static_kv=True` (cross-attention) the keys and values
-# come from the source, which does not change at all, so they are computed once and then
-# reused. Chapter 10 explains it properly; section 5 below checks that it is exact.
-#
-# Two small hooks look ahead to chapter 13, and by default change nothing. `positional`
-# takes a module (or a function) `f(x, start)` that gives the queries and keys their
-# positions inside attention, for models that do not add positions to the embeddings;
-# when decoding, the cache's length says where the new positions start. And the attention
+# Three optional arguments look ahead, and by default change nothing. `cache` lets
+# chapter 10 hand in the keys and values of earlier steps when the decoder writes one
+# token at a time: an object whose `project` returns the new queries with the keys and
+# values of every position so far (chapter 10 builds it). `positional` takes a module (or
+# a function) `f(x, start)` that gives the queries and keys their positions inside
+# attention, for the models of chapter 13 that do not add positions to the embeddings
+# (`place` applies it; `start` is the position of the first query). And the attention
 # itself, from the heads of Q, K and V to the heads of the output, is one method,
 # `attend`, so that a variant of the module can change that step alone.
 
 # %%
 #| export
 from collections.abc import Callable
+from typing import Protocol
 
 from torch import nn
 
@@ -319,6 +311,16 @@ def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
     weight = torch.cat([layer.weight for layer in layers])  # [sum of d_out, d_in]
     bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
     return nn.functional.linear(x, weight, bias)
+
+
+class KeyValueCache(Protocol):
+    """What MultiHeadAttention's `cache` argument is (chapter 10 builds two kinds)."""
+
+    def project(self, attention: "MultiHeadAttention", query: Tensor, key: Tensor,
+                value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, h, Tq, d_head] of the new positions; k, v [B, h, Tk, d_head] of every
+        position so far."""
+        ...
 
 
 class MultiHeadAttention(nn.Module):
@@ -390,31 +392,25 @@ class MultiHeadAttention(nn.Module):
         # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
-    def project(self, query: Tensor, key: Tensor, value: Tensor,
-                stack: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V projections, with as few matrix multiplies as possible.
 
-        Self-attention (query is key is value) with stack=True: ONE multiply by
-        the three weights stacked, [3·d_model, d_model] (nn.MultiheadAttention's
-        in_proj_weight). Otherwise three, one
-        per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
-        that chapter 10 can count the key projections with a forward hook on k_proj).
+        Self-attention (query is key is value): ONE multiply by the three weights
+        stacked, [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight).
+        Otherwise three, one per nn.Linear (cross-attention keeps k_proj and v_proj as
+        calls of their own, so that chapter 10 can count the key projections with a
+        forward hook on k_proj).
 
         Args:
             query: [B, Tq, d_model].
             key: [B, Tk, d_model].
             value: [B, Tk, d_model].
-            stack: allow the one-multiply path (default True). forward passes False
-                when decoding with a cache: stacking copies the weights (3·d_model²
-                numbers), worth it for a batch of positions, not for the one new
-                position of a decoding step (chapter 10). A flag, not a test on the
-                tensor's size, so that torch.export sees one graph for every size.
 
         Returns:
             q [B, Tq, d_model], k [B, Tk, d_model] and v [B, Tk, d_model] (each as wide as
             its projection's output).
         """
-        if stack and query is key and key is value:
+        if query is key and key is value:
             layers = (self.q_proj, self.k_proj, self.v_proj)
             qkv = _fused_linear(query, layers)  # [B, T, 3·d_model]
             return qkv.split([layer.out_features for layer in layers], dim=-1)  # three views, no copy
@@ -423,11 +419,10 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self,
         query: Tensor,
-        key: Tensor | None,
-        value: Tensor | None,
+        key: Tensor,
+        value: Tensor,
         mask: Tensor | None = None,
-        cache: dict | None = None,
-        static_kv: bool = False,
+        cache: KeyValueCache | None = None,
         need_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
@@ -435,17 +430,13 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             query: [B, Tq, d_model].
-            key: [B, Tk, d_model] (None when static_kv reuses the cache).
-            value: [B, Tk, d_model] (None when static_kv reuses the cache).
+            key: [B, Tk, d_model].
+            value: [B, Tk, d_model].
             mask: optional bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk].
-            cache: for generation (chapter 10), a dict; with static_kv and "k"/"v"
-                already in it, they are reused and key/value are not projected;
-                otherwise the new keys and values are projected and, unless static_kv,
-                appended after the cached ones along time (in place, if the cache has
-                an `append(k, v)` method, as chapter 10's KVCache does). k and v
-                ([B, heads, Tk, d_head]) are then stored in the cache; with
-                positional, the cached length is the position of the first new query.
-            static_kv: the keys and values do not change between calls (cross-attention).
+            cache: the keys and values of earlier calls, for generation one token at a
+                time (default None: none). Its `project(self, query, key, value)` returns
+                the queries of the new positions and the keys and values of every position
+                so far, as chapter 10's KVCache and StaticKVCache do.
             need_weights: return the attention weights (default True, as
                 torch.nn.MultiheadAttention). False returns None for them and lets
                 `attend` run PyTorch's fused kernel; the blocks of chapter 07 pass False. To read
@@ -460,43 +451,32 @@ class MultiHeadAttention(nn.Module):
             or None.
 
         Raises:
-            ValueError: a shape does not fit (named in the message), key or value is None
-                with no cached keys and values to reuse, or static_kv is asked of a module
-                with positional (cross-attention has no positions to give).
-            TypeError: an input's dtype differs from the weights', or mask is not bool.
+            ValueError: a shape does not fit (named in the message).
+            TypeError: an input's dtype differs from the weights', mask is not bool, or
+                cache has no `project` method.
         """
-        if static_kv and self.positional is not None:
-            raise ValueError("static_kv=True (cross-attention) with positional: the source's keys "
-                             "have no positions of the target's; build this module with positional=None")
-        reuse = cache is not None and static_kv and "k" in cache
-        for name, x in (("key", key), ("value", value)):
-            if x is None and not reuse:
-                raise ValueError(f"{name} is None: it may be left out only with static_kv=True and a "
-                                 "cache that already holds the keys and values (generation, chapter 10)")
-        _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
-                                None if reuse else key, None if reuse else value)
+        _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query, key, value)
         _check_mask_axes(mask, query.size(0), self.num_heads, query.size(1))
         _check_bool("need_weights", need_weights)
         _check_bool("is_causal", is_causal)
-        if reuse and cache is not None:
-            q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
-            k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
-        else:
-            assert key is not None and value is not None  # checked above
-            q, k, v = map(self.split_heads, self.project(query, key, value,
-                                                       stack=cache is None))  # [B, h, T, d_head]
-            if self.positional is not None:  # new positions start after the cached ones
-                start = cache["k"].size(2) if cache is not None and "k" in cache else 0
-                q, k = self.positional(q, start), self.positional(k, start)
-            if cache is not None and not static_kv and hasattr(cache, "append"):
-                k, v = cache.append(k, v)  # a preallocated cache writes in place (chapter 10)
-            elif cache is not None and not static_kv and "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # earlier steps first
-                v = torch.cat([cache["v"], v], dim=2)
-        if cache is not None:
-            cache["k"], cache["v"] = k, v  # [B, h, Tk, d_head]
+        if cache is not None and not callable(getattr(cache, "project", None)):
+            raise TypeError(f"cache must have a project(attention, query, key, value) method, as "
+                            f"chapter 10's KVCache and StaticKVCache do; got {type(cache).__name__}")
+        if cache is None:
+            q, k, v = map(self.split_heads, self.project(query, key, value))  # [B, h, T, d_head]
+            q, k = self.place(q, k, 0)
+        else:  # chapter 10: the new positions' queries, every position's keys and values
+            q, k, v = cache.project(self, query, key, value)
         out, weights = self.attend(q, k, v, mask, need_weights, is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
+
+    def place(self, q: Tensor, k: Tensor, start: int) -> tuple[Tensor, Tensor]:
+        """Give queries and keys [B, h, T, d_head] the positions start .. start+T-1, with
+        `positional` (chapter 13); without it they are returned as they are (their
+        positions were added to the embeddings, chapter 02)."""
+        if self.positional is None:
+            return q, k
+        return self.positional(q, start), self.positional(k, start)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                need_weights: bool = True, is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -841,26 +821,6 @@ print("equal to nn.MultiheadAttention (to 1e-6): output",
 assert torch.allclose(ours_out, ref_out, atol=1e-6) and torch.allclose(ours_w, ref_w, atol=1e-6)
 
 # %% [markdown]
-# **The KV cache is exact.** Feeding the target one token at a time, with a cache dict
-# that grows by one key and one value per step, must give the same outputs as the full
-# causal computation; cross-attention with `static_kv=True` must project the source only
-# once and then reuse it (we pass `None` as key and value after the first step, so any
-# attempt to project them again would fail).
-
-# %%
-self_cache, cross_cache = {}, {}
-steps_self, steps_cross = [], []
-for t in range(len(tgt_tokens)):
-    x_t = tgt[:, t:t + 1]  # [1, 1, d]: the newest token only
-    steps_self.append(mha(x_t, x_t, x_t, cache=self_cache)[0])
-    kv = memory[:1] if t == 0 else None
-    steps_cross.append(mha(x_t, kv, kv, cache=cross_cache, static_kv=True)[0])
-print("cached keys after 4 steps:", tuple(self_cache["k"].shape),
-      " cross keys:", tuple(cross_cache["k"].shape))
-assert torch.allclose(torch.cat(steps_self, 1), mha(tgt, tgt, tgt, tgt_causal)[0], atol=1e-6)
-assert torch.allclose(torch.cat(steps_cross, 1), mha(tgt, memory[:1], memory[:1])[0], atol=1e-6)
-
-# %% [markdown]
 # **Bad input fails with a message that says what was expected:**
 
 # %%
@@ -950,8 +910,8 @@ assert offsets == [-1, 1]  # one head looks left, the other right
 # **Now:** every position can gather information from several places at once, each head
 # in its own subspace, for the price of one wide head. The same module does
 # self-attention (encoder; decoder with a causal mask) and cross-attention (decoder reading
-# the encoder), takes chapter 04's masks, matches `torch.nn.MultiheadAttention`, and has a
-# cache for step-by-step generation.
+# the encoder), takes chapter 04's masks, matches `torch.nn.MultiheadAttention`, and takes
+# the keys and values of earlier steps for step-by-step generation (chapter 10).
 #
 # **Still missing:** attention only *mixes*. Every output is $W^O$ applied to weighted
 # averages of value vectors: a linear function of the values, given the weights. Nothing yet
@@ -1229,5 +1189,5 @@ print("ex4 passed")
 #   has the query's length.
 # * `MultiHeadAttention` reuses chapter 03's attention (masks: True = may attend; empty
 #   rows give zeros), applies dropout to the weights in training, equals
-#   `torch.nn.MultiheadAttention` with copied weights, and carries the KV-cache hook that
-#   chapter 10 uses.
+#   `torch.nn.MultiheadAttention` with copied weights, and takes a `cache` of earlier
+#   keys and values, which chapter 10 builds.

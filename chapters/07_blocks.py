@@ -327,7 +327,7 @@ from torch import Tensor, nn
 
 from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
-from transformer.multihead import MultiHeadAttention, _check_mask_axes
+from transformer.multihead import KeyValueCache, MultiHeadAttention, _check_mask_axes
 from transformer.positional import Dropout
 
 
@@ -453,12 +453,11 @@ class EncoderBlock(nn.Module):
 # side reads the source: remove it and the decoder becomes a language model that
 # never sees the sentence it should translate.
 #
-# The `cache` argument is a hook for chapter 10's fast generation (the KV cache):
-# a dict with sub-dicts `"self"` and `"cross"` that the two attention sublayers fill
-# with their keys and values, so that generating token $t+1$ does not recompute
-# tokens $0..t$, and the memory's keys and values are projected once per sentence
-# (`static_kv=True`). With `cache=None`, the default, nothing changes; chapter 10
-# explains it.
+# The `cache` argument is a hook for chapter 10's fast generation (the KV cache): a
+# dict that holds, under `"self"` and `"cross"`, the caches chapter 10 builds for the
+# two attention sublayers, so that generating token $t+1$ does not recompute tokens
+# $0..t$, and the memory's keys and values are projected once per sentence. With
+# `cache=None`, the default, nothing changes; chapter 10 explains it.
 #
 # One option looks ahead to chapter 11: `cross_attention=False` builds the block
 # *without* its second sublayer (and its norm), for a model that has no encoder to read,
@@ -470,17 +469,27 @@ class EncoderBlock(nn.Module):
 # %%
 #| export
 def _attend(attn: MultiHeadAttention, query: Tensor, kv: Tensor, mask: Tensor | None,
-            cache: dict | None, static_kv: bool = False, is_causal: bool = False) -> Tensor:
-    """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through the KV cache if one is given.
+            cache: KeyValueCache | None, is_causal: bool = False) -> Tensor:
+    """attn(query, kv, kv, mask)'s output [B, Tq, d_model], through chapter 10's cache if one
+    is given.
 
     need_weights=False (by keyword: chapter 10 turns it on with a forward pre-hook to
     draw the cross-attention); is_causal only when asked, so that a hook sees the same
     keywords as before.
     """
     causal = {"is_causal": True} if is_causal else {}
+    return attn(query, kv, kv, mask, cache=cache, need_weights=False, **causal)[0]
+
+
+def _layer_caches(cache: dict | None, cross: bool) -> tuple[KeyValueCache | None, KeyValueCache | None]:
+    """(self-attention cache, cross-attention cache) from one layer's dict, or (None, None)."""
     if cache is None:
-        return attn(query, kv, kv, mask, need_weights=False, **causal)[0]
-    return attn(query, kv, kv, mask, cache=cache, static_kv=static_kv, need_weights=False, **causal)[0]
+        return None, None
+    wanted = ("self", "cross") if cross else ("self",)
+    if any(name not in cache for name in wanted):
+        raise ValueError(f"cache must be a dict with the keys {wanted} (chapter 10's caches of "
+                         f"this layer's attention), got the keys {tuple(cache)}")
+    return cache["self"], cache.get("cross")
 
 
 class DecoderBlock(nn.Module):
@@ -531,15 +540,15 @@ class DecoderBlock(nn.Module):
         self.dropout3 = Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: dict | None = None,
+    def _sa_block(self, x: Tensor, mask: Tensor | None, cache: KeyValueCache | None = None,
                   is_causal: bool = False) -> Tensor:
         return self.dropout1(_attend(self.self_attn, x, x, mask, cache, is_causal=is_causal))  # [B, T, d_model]
 
     def _mha_block(self, x: Tensor, memory: Tensor, mask: Tensor | None,
-                   cache: dict | None = None) -> Tensor:
+                   cache: KeyValueCache | None = None) -> Tensor:
         # query from the target, keys and values from the source: [B, T, d_model]
         assert self.cross_attn is not None and self.dropout2 is not None  # built with cross_attention
-        return self.dropout2(_attend(self.cross_attn, x, memory, mask, cache, static_kv=True))
+        return self.dropout2(_attend(self.cross_attn, x, memory, mask, cache))
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.dropout3(self.ffn(x))  # [B, T, d_model]
@@ -557,8 +566,9 @@ class DecoderBlock(nn.Module):
                 [batch, heads, tgt_len, tgt_len] (causal AND padding).
             memory_mask: optional bool, broadcastable to [batch, heads, tgt_len, src_len]
                 (the source padding mask [batch, 1, 1, src_len]).
-            cache: None, or a dict whose sub-dicts "self" and "cross" (created if absent)
-                hold the attention keys/values for incremental decoding (chapter 10).
+            cache: None, or a dict with chapter 10's caches of the two attention sublayers
+                under "self" and "cross" ("self" alone for a block without
+                cross-attention), for incremental decoding.
             tgt_is_causal: the self-attention is causal besides tgt_mask (PyTorch's name):
                 position i sees positions 0..i, without a mask to build or read (chapter
                 05's is_causal; default False).
@@ -567,19 +577,19 @@ class DecoderBlock(nn.Module):
             [batch, tgt_len, d_model].
 
         Raises:
-            ValueError: a shape does not fit, the batch sizes differ, or memory is given
-                to a block without cross-attention (or missing for one with it).
+            ValueError: a shape does not fit, the batch sizes differ, memory is given
+                to a block without cross-attention (or missing for one with it), or cache
+                lacks a sublayer's cache.
             TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
         """
         _check_bool("tgt_is_causal", tgt_is_causal)
         _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
         self._check_memory(x, memory, memory_mask)
-        self_cache = None if cache is None else cache.setdefault("self", {})
+        self_cache, cross_cache = _layer_caches(cache, self.cross_attn is not None)
         x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, tgt_mask, self_cache, tgt_is_causal),
                                 self.norm_first)
         if self.cross_attn is not None:  # the paper's block; a language model's has none
             assert memory is not None and self.norm2 is not None  # checked, and built with it
-            cross_cache = None if cache is None else cache.setdefault("cross", {})
             x = sublayer_connection(x, self.norm2, lambda h: self._mha_block(h, memory, memory_mask, cross_cache),
                                     self.norm_first)
         return sublayer_connection(x, self.norm3, self._ff_block, self.norm_first)

@@ -1300,8 +1300,8 @@ plt.show()
 # ### Hooks for generation
 #
 # `decode` has two more arguments that chapter 10 uses to generate one token at a
-# time without recomputing the prefix: `caches` (one dict per decoder layer, where
-# the attention sublayers keep their keys and values) and `start` (the position of
+# time without recomputing the prefix: `caches` (one dict per decoder layer, holding
+# the caches that chapter 10 builds for its attention sublayers) and `start` (the position of
 # the first token in `tgt`, passed to `PositionalEncoding.forward(x, start)`). With
 # the defaults they change nothing.
 #

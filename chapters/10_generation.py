@@ -207,6 +207,7 @@ from transformer.data import _check_bool, _check_float, _check_int, _check_token
 from transformer.embedding import _check_id_range
 from transformer.masks import padding_mask
 from transformer.model import Transformer
+from transformer.multihead import MultiHeadAttention
 
 
 @contextmanager
@@ -373,29 +374,32 @@ print("in eval mode before, after the call:    ", model.training)
 # attention over $t$ cached keys, which is cheap at these sizes), so a sequence of $n$
 # tokens costs $O(n)$ instead of $O(n^2)$ position-passes.
 #
-# Chapters 02, 05, 07 and 08 have the hooks that make this possible, kept small so they
-# do not get in the way of those chapters:
+# Chapters 05, 07 and 08 have the hooks that make this possible, kept small so they
+# do not get in the way of those chapters; with their defaults nothing changes:
 #
-# - `MultiHeadAttention.forward(..., cache=None, static_kv=False)`: `cache` is a dict.
-#   Without `static_kv`, the new keys/values are appended after `cache["k"]`,
-#   `cache["v"]` along the time axis (by the cache itself if it has an `append` method,
-#   see below); with `static_kv`, they are computed once and then read from the cache;
-# - `DecoderBlock.forward(..., cache=None)` with `cache = {"self": {}, "cross": {}}`,
-#   and `Decoder.forward(..., caches=None)` with one such dict per layer;
+# - `MultiHeadAttention.forward(..., cache=None)`: given a cache, the module hands its
+#   inputs to `cache.project(module, query, key, value)`, which returns the queries of
+#   the new positions and the keys and values of every position so far;
+# - `DecoderBlock.forward(..., cache=None)` with a dict `{"self": ..., "cross": ...}` of
+#   the caches of its two attention sublayers, and `Decoder.forward(..., caches=None)`
+#   with one such dict per layer;
 # - `Transformer.decode(tgt, memory, ..., caches=None, start=0)`, where `start` is the
 #   position of the first token of `tgt` (the positional encoding of the new token is
 #   that of position `start`, not 0).
 #
-# Appending with `torch.cat` would copy the whole cache at every step: $t$ positions at
-# step $t$, $O(n^2)$ copying over a sentence, and a fresh allocation each time. A
-# `KVCache` instead allocates, once, a buffer for the longest output it will hold,
+# This section writes the two caches. `KVCache`, for self-attention, projects only the
+# new positions and appends their keys and values after the cached ones. Appending with
+# `torch.cat` would copy the whole cache at every step: $t$ positions at step $t$,
+# $O(n^2)$ copying over a sentence, and a fresh allocation each time. A `KVCache`
+# instead allocates, once, a buffer for the longest output it will hold,
 # `[batch, heads, capacity, d_head]`, and `append(k, v)` writes the new positions in
 # place and returns views of the positions filled so far: no copy of the earlier ones.
-# It is a dict too (the attention module stores those views under `"k"` and `"v"`), so
-# that it fits the hook above.
+# It is a dict too, with those views under `"k"` and `"v"`, to be looked at.
+# `StaticKVCache`, for cross-attention, projects the memory's keys and values on the
+# first call and returns the same ones on every later call.
 #
 # `IncrementalDecoder` wraps all this. It gives each decoder layer a `KVCache` for its
-# self-attention and a dict for its cross-attention, remembers how many positions its
+# self-attention and a `StaticKVCache` for its cross-attention, remembers how many positions its
 # caches have seen, sends only the new ones through the decoder, and builds their mask:
 # the new query at position $i$ may attend to keys $0 \dots i$ that are not padding
 # (True = may attend, as everywhere in this book). A mask that hides nothing, a source
@@ -409,10 +413,10 @@ print("in eval mode before, after the call:    ", model.training)
 class KVCache(dict):
     """The self-attention keys and values of one layer, in buffers allocated once.
 
-    `append(k, v)` writes the new positions in place after the cached ones and returns
-    views of every position so far: nothing earlier is copied. MultiHeadAttention
-    (chapter 05) calls it when its cache has it, and stores the views under "k" and
-    "v", as for a plain dict cache.
+    MultiHeadAttention (chapter 05) given this cache calls `project`, which projects
+    only the new positions and `append`s their keys and values in place after the
+    cached ones: nothing earlier is recomputed or copied. The views of every position
+    so far are also under "k" and "v".
 
     Args:
         capacity: the most positions it will hold, > 0 (the buffers' time axis).
@@ -424,6 +428,25 @@ class KVCache(dict):
         self.length = 0  # positions filled
         self.k_buffer: Tensor | None = None  # [batch, heads, capacity, d_head], made by the first append
         self.v_buffer: Tensor | None = None
+
+    def project(self, attention: MultiHeadAttention, query: Tensor, key: Tensor,
+                value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The attention's heads for n new positions, with the keys and values of the earlier ones.
+
+        Args:
+            attention: the module whose projections these are (chapter 05).
+            query, key, value: [batch, n, d_model], the new positions only.
+
+        Returns:
+            q [batch, heads, n, d_head]; k and v [batch, heads, length, d_head], every
+            position so far.
+        """
+        q = attention.split_heads(attention.q_proj(query))  # [batch, heads, n, d_head]
+        k = attention.split_heads(attention.k_proj(key))
+        v = attention.split_heads(attention.v_proj(value))
+        q, k = attention.place(q, k, self.length)  # the new positions follow the cached ones
+        k, v = self.append(k, v)
+        return q, k, v
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the keys and values of new positions; return those of every position so far.
@@ -450,7 +473,8 @@ class KVCache(dict):
         k_buffer[:, :, self.length:self.length + n] = k  # written in place
         v_buffer[:, :, self.length:self.length + n] = v
         self.length += n
-        return k_buffer[:, :, :self.length], v_buffer[:, :, :self.length]
+        self["k"], self["v"] = k_buffer[:, :, :self.length], v_buffer[:, :, :self.length]
+        return self["k"], self["v"]
 
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows `index`, in that order (beam search's survivors).
@@ -458,13 +482,42 @@ class KVCache(dict):
         Args:
             index: the rows to keep, a LongTensor [new_batch].
         """
-        if self.k_buffer is not None and self.v_buffer is not None:
+        if self.k_buffer is not None and self.v_buffer is not None:  # else nothing is cached yet
             self.k_buffer = self.k_buffer.index_select(0, index)
             self.v_buffer = self.v_buffer.index_select(0, index)
             self["k"], self["v"] = self.k_buffer[:, :, :self.length], self.v_buffer[:, :, :self.length]
-        else:  # filled as a plain dict, by an attention module that does not call append
-            for name, tensor in self.items():
-                self[name] = tensor.index_select(0, index)
+
+
+class StaticKVCache(dict):
+    """The cross-attention keys and values of one layer: the memory's, projected once.
+
+    MultiHeadAttention (chapter 05) given this cache calls `project`: the first call
+    projects the keys and values (kept under "k" and "v"), every later call reuses them
+    and projects only the queries. The memory does not change while a sentence is
+    decoded, so its keys and values do not either.
+    """
+
+    def project(self, attention: MultiHeadAttention, query: Tensor, key: Tensor,
+                value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [batch, heads, n, d_head] of the new queries; k, v [batch, heads, S, d_head].
+
+        Raises:
+            ValueError: the attention has positions of its own (chapter 13's
+                `positional`): the source's keys have no positions of the target's.
+        """
+        if attention.positional is not None:
+            raise ValueError("a StaticKVCache (cross-attention) for an attention with positional: the "
+                             "source's keys have no positions of the target's; build it with positional=None")
+        q = attention.split_heads(attention.q_proj(query))  # [batch, heads, n, d_head]
+        if "k" not in self:  # the first call: the memory's keys and values, once
+            self["k"] = attention.split_heads(attention.k_proj(key))  # [batch, heads, S, d_head]
+            self["v"] = attention.split_heads(attention.v_proj(value))
+        return q, self["k"], self["v"]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index` [new_batch], in that order."""
+        for name, tensor in self.items():
+            self[name] = tensor.index_select(0, index)
 
 
 class IncrementalDecoder:
@@ -500,8 +553,8 @@ class IncrementalDecoder:
         self.use_cache = _check_bool("use_cache", use_cache)
         size: int = self.model.max_len if capacity is None else _check_int("capacity", capacity)
         # One cache per decoder layer: "self" grows by a position per step, "cross" is filled once.
-        self.caches: list[dict] | None = ([{"self": KVCache(size), "cross": {}} for _ in self.model.decoder.layers]
-                                          if use_cache else None)
+        self.caches: list[dict] | None = ([{"self": KVCache(size), "cross": StaticKVCache()}
+                                           for _ in self.model.decoder.layers] if use_cache else None)
         self.seen = 0  # target positions already in the caches
 
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -550,8 +603,32 @@ class IncrementalDecoder:
         for cache in self.caches or []:
             cache["self"].reorder(index)
             if cross:
-                for name, tensor in cache["cross"].items():  # "k" and "v": [batch, heads, S, d_head]
-                    cache["cross"][name] = tensor.index_select(0, index)
+                cache["cross"].reorder(index)
+
+# %% [markdown]
+# Both caches must give what the attention gives without them. One attention module of
+# the model is fed six target positions one at a time, once with a `KVCache` as
+# self-attention and once with a `StaticKVCache` on a memory of five positions, and
+# compared with the whole target at once (under the causal mask for self-attention):
+
+# %%
+attention = model.decoder.layers[0].self_attn
+draw = torch.Generator().manual_seed(0)  # its own generator: the later cells' draws stay as they were
+x = torch.randn(1, 6, attention.d_model, generator=draw)  # [1, 6, d]: the target
+source = torch.randn(1, 5, attention.d_model, generator=draw)  # [1, 5, d]: the memory
+with eval_mode(model), torch.no_grad():
+    self_cache, cross_cache = KVCache(capacity=6), StaticKVCache()
+    one_by_one = [attention(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=self_cache)[0]
+                  for t in range(6)]
+    cross_one_by_one = [attention(x[:, t:t + 1], source, source, cache=cross_cache)[0] for t in range(6)]
+    at_once, cross_at_once = attention(x, x, x, is_causal=True)[0], attention(x, source, source)[0]
+print("self-attention, one position at a time = all at once:",
+      torch.allclose(torch.cat(one_by_one, 1), at_once, atol=1e-6), "| cache k", tuple(self_cache["k"].shape))
+print("cross-attention, one position at a time = all at once:",
+      torch.allclose(torch.cat(cross_one_by_one, 1), cross_at_once, atol=1e-6), "| cache k",
+      tuple(cross_cache["k"].shape))
+assert torch.allclose(torch.cat(one_by_one, 1), at_once, atol=1e-6)
+assert torch.allclose(torch.cat(cross_one_by_one, 1), cross_at_once, atol=1e-6)
 
 # %% [markdown]
 # The book's greedy decoder is `greedy_v1` with the decoder call replaced by an

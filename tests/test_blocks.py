@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from transformer.blocks import Decoder, DecoderBlock, Encoder, EncoderBlock
+from transformer.generation import KVCache, StaticKVCache
 from transformer.masks import causal_mask, padding_mask
 
 D, H, FF = 16, 4, 40
@@ -289,13 +290,17 @@ def test_bad_inputs():
         Decoder(2, D, H, FF)(torch.randn(1, 3, D), torch.randn(1, 4, D), caches=[{}])
 
 
-def test_cache_dicts_are_created_per_layer():
-    """The chapter-10 hook: with caches, each layer gets "self" and "cross" sub-dicts."""
+def test_each_layer_fills_its_own_caches():
+    """The chapter-10 hook: each layer's dict holds the caches of its two attention
+    sublayers, and a layer whose dict lacks one is refused by name."""
     dec = Decoder(2, D, H, FF).eval()
-    caches = [{}, {}]
+    caches = [{"self": KVCache(4), "cross": StaticKVCache()} for _ in range(2)]
     dec(torch.randn(1, 1, D), torch.randn(1, 4, D), caches=caches)
     for cache in caches:
-        assert set(cache) == {"self", "cross"}
+        assert cache["self"]["k"].shape == (1, H, 1, D // H)
+        assert cache["cross"]["k"].shape == (1, H, 4, D // H)
+    with pytest.raises(ValueError, match=r"cache must be a dict with the keys \('self', 'cross'\)"):
+        dec(torch.randn(1, 1, D), torch.randn(1, 4, D), caches=[{"self": KVCache(4)}] * 2)
 
 
 def test_incremental_decoding_matches_full():
@@ -304,7 +309,7 @@ def test_incremental_decoding_matches_full():
     dec = Decoder(2, D, H, FF).eval()
     y, memory = torch.randn(2, 5, D), torch.randn(2, 7, D)
     full = dec(y, memory, causal_mask(5), padding_mask(SRC[:2]))
-    caches = [{} for _ in dec.layers]
+    caches = [{"self": KVCache(5), "cross": StaticKVCache()} for _ in dec.layers]
     steps = [dec(y[:, t:t + 1], memory, None, padding_mask(SRC[:2]), caches=caches)
              for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
@@ -335,10 +340,10 @@ def test_decoder_without_cross_attention_caches_self_attention_only():
     dec = Decoder(2, D, H, FF, dropout=0.0, norm_first=True, cross_attention=False).eval()
     y = torch.randn(2, 5, D)
     full = dec(y, None, causal_mask(5))
-    caches = [{} for _ in dec.layers]
+    caches = [{"self": KVCache(5)} for _ in dec.layers]  # no cross-attention: no cache for it
     steps = [dec(y[:, t:t + 1], None, None, caches=caches) for t in range(5)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
-    assert all(set(cache) == {"self"} for cache in caches)
+    assert all(cache["self"]["k"].shape == (2, H, 5, D // H) for cache in caches)
     # No future leak: changing position 3 leaves positions 0..2 alone.
     y2 = y.clone()
     y2[:, 3] += 1.0

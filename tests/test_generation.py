@@ -504,8 +504,8 @@ def test_cross_attention_weights_shape_and_rows():
 class WeightsOnRequest(MultiHeadAttention):
     """An attention module that returns its weights only with need_weights=True (PyTorch's API)."""
 
-    def forward(self, query, key, value, mask=None, cache=None, static_kv=False, need_weights=False):
-        out, weights = super().forward(query, key, value, mask, cache=cache, static_kv=static_kv)
+    def forward(self, query, key, value, mask=None, cache=None, need_weights=False):
+        out, weights = super().forward(query, key, value, mask, cache=cache)
         return out, weights if need_weights else None
 
 

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.generation import generate
+from transformer.generation import KVCache, generate
 from transformer.lm import (
     BigramLanguageModel,
     LanguageModel,
@@ -370,7 +370,7 @@ def test_lm_gives_the_kernel_the_causal_flag_and_no_mask(monkeypatch):
         model(torch.randint(4, 30, (2, 6)))
         assert seen == [(True, True)] * len(model.decoder.layers)
         seen.clear()
-        caches = [{} for _ in model.decoder.layers]
+        caches = [{"self": KVCache(16)} for _ in model.decoder.layers]
         model(torch.randint(4, 30, (2, 6)), caches)
         model(torch.randint(4, 30, (2, 1)), caches, start=6)  # one new position: no mask at all
         assert seen == [(True, True)] * len(model.decoder.layers) + [(True, False)] * len(model.decoder.layers)
@@ -380,7 +380,7 @@ def test_lm_kv_cache_gives_the_logits_of_a_full_pass():
     model = small_lm()
     ids = torch.randint(4, 30, (2, 11))
     full = model(ids)  # [2, 11, V]
-    caches = [{} for _ in model.decoder.layers]
+    caches = [{"self": KVCache(16)} for _ in model.decoder.layers]
     pieces = [model(ids[:, :4], caches)]  # a prompt of 4, a chunk of 3, then one token at a time
     pieces.append(model(ids[:, 4:7], caches, start=4))
     for t in range(7, 11):

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transformer.generation import KVCache, StaticKVCache
 from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
 
 V = 40
@@ -212,11 +213,11 @@ def test_incremental_decoding_with_caches_matches_full_pass():
         src_mask = model.make_src_mask(src)
         memory = model.encode(src, src_mask)
         full = model.decode(tgt, memory, src_mask)
-        caches = [{} for _ in model.decoder.layers]
+        caches = [{"self": KVCache(16), "cross": StaticKVCache()} for _ in model.decoder.layers]
         steps = [model.decode(tgt[:, t:t + 1], memory, src_mask, caches=caches, start=t)
                  for t in range(tgt.size(1))]
         # a prefill of 2 tokens, then 3 at once with the offset causal mask
-        caches2 = [{} for _ in model.decoder.layers]
+        caches2 = [{"self": KVCache(16), "cross": StaticKVCache()} for _ in model.decoder.layers]
         first = model.decode(tgt[:, :2], memory, src_mask, caches=caches2, start=0)
         rest = model.decode(tgt[:, 2:], memory, src_mask, caches=caches2, start=2)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)

@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from transformer.generation import KVCache, StaticKVCache
 from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import MultiHeadAttention
 
@@ -169,7 +170,7 @@ def test_kv_cache_one_token_at_a_time_equals_full_causal(dtype):
     mha = MultiHeadAttention(16, 4).to(dtype).eval()
     x = torch.randn(2, 6, 16, dtype=dtype)
     full, _ = mha(x, x, x, causal_mask(6))
-    cache: dict = {}
+    cache = KVCache(6)
     steps = []
     for t in range(6):
         xt = x[:, t:t + 1]
@@ -179,7 +180,7 @@ def test_kv_cache_one_token_at_a_time_equals_full_causal(dtype):
         torch.testing.assert_close(cache["v"], mha.split_heads(mha.v_proj(x[:, :t + 1])))
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL[dtype])
     # A prompt of several tokens first, then single steps, also matches.
-    cache = {}
+    cache = KVCache(6)
     head, _ = mha(x[:, :3], x[:, :3], x[:, :3], causal_mask(3), cache=cache)
     tail = [mha(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)[0] for t in range(3, 6)]
     torch.testing.assert_close(torch.cat([head, *tail], dim=1), full, **TOL[dtype])
@@ -195,11 +196,10 @@ def test_static_kv_reuses_cached_keys_and_values():
     calls = []
     hooks = [p.register_forward_hook(lambda *a, n=n: calls.append(n))
              for n, p in (("k", mha.k_proj), ("v", mha.v_proj))]
-    cache: dict = {}
+    cache = StaticKVCache()
     steps = []
     for t in range(4):
-        kv = memory if t == 0 else None  # later steps must not need the memory at all
-        steps.append(mha(tgt[:, t:t + 1], kv, kv, mask, cache=cache, static_kv=True)[0])
+        steps.append(mha(tgt[:, t:t + 1], memory, memory, mask, cache=cache)[0])
         assert cache["k"].shape == (2, 4, 5, 4)  # never grows
     for hook in hooks:
         hook.remove()
@@ -207,17 +207,26 @@ def test_static_kv_reuses_cached_keys_and_values():
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
     # The cached tensors are the ones used: changing them changes the output.
     cache["v"] = torch.zeros_like(cache["v"])
-    out, _ = mha(tgt[:, :1], None, None, mask, cache=cache, static_kv=True)
+    out, _ = mha(tgt[:, :1], memory, memory, mask, cache=cache)
     torch.testing.assert_close(out, mha.out_proj.bias.expand(2, 1, 16))
 
 
 def test_static_kv_with_empty_cache_projects_and_stores():
     mha = MultiHeadAttention(8, 2).eval()
     memory = torch.randn(1, 3, 8)
-    cache: dict = {}
-    mha(torch.randn(1, 1, 8), memory, memory, cache=cache, static_kv=True)
+    cache = StaticKVCache()
+    mha(torch.randn(1, 1, 8), memory, memory, cache=cache)
     torch.testing.assert_close(cache["k"], mha.split_heads(mha.k_proj(memory)))
     torch.testing.assert_close(cache["v"], mha.split_heads(mha.v_proj(memory)))
+
+
+def test_a_cache_without_project_is_refused_by_name():
+    """A plain dict (the protocol before chapter 10's caches had `project`) is a TypeError
+    that names the method and the two caches, not an error deep inside."""
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 2, 8)
+    with pytest.raises(TypeError, match=r"cache must have a project\(.*KVCache.*got dict"):
+        mha(x, x, x, cache={})
 
 
 def test_dropout_on_weights_in_training_only():

@@ -15,7 +15,7 @@ from test_lm import small_lm as lm_2017
 
 from transformer.blocks import Decoder, DecoderBlock, EncoderBlock
 from transformer.data import BOS_ID
-from transformer.generation import KVCache, generate
+from transformer.generation import KVCache, StaticKVCache, generate
 from transformer.lm import ATTENTIONS, FEED_FORWARDS, NORMS, POSITIONS, LanguageModel
 from transformer.masks import causal_mask
 from transformer.multihead import MultiHeadAttention
@@ -120,8 +120,8 @@ def test_rope_refuses_bad_arguments():
     with pytest.raises(ValueError, match="positional must be a module or function"):
         MultiHeadAttention(16, 4, positional="rotary")
     mha = MultiHeadAttention(16, 4, positional=RotaryEmbedding(4))
-    with pytest.raises(ValueError, match="static_kv"):
-        mha(torch.zeros(1, 2, 16), torch.zeros(1, 3, 16), torch.zeros(1, 3, 16), static_kv=True)
+    with pytest.raises(ValueError, match="StaticKVCache .cross-attention. for an attention with positional"):
+        mha(torch.zeros(1, 2, 16), torch.zeros(1, 3, 16), torch.zeros(1, 3, 16), cache=StaticKVCache())
 
 
 def test_positional_hook_gets_the_queries_keys_and_the_cache_length():
@@ -218,7 +218,7 @@ def test_gqa_caches_the_grouped_heads_and_decodes_exactly_with_rope():
     gqa = GroupedQueryAttention(16, 4, num_kv_heads=2, positional=RotaryEmbedding(4, 20)).eval()
     x = torch.randn(2, 9, 16)
     full = gqa(x, x, x, causal_mask(9))[0]
-    for cache in ({}, KVCache(9)):
+    for cache in (KVCache(9),):
         pieces = [gqa(x[:, :4], x[:, :4], x[:, :4], causal_mask(4), cache=cache)[0]]
         pieces += [gqa(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)[0] for t in range(4, 9)]
         torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
@@ -246,7 +246,7 @@ def test_lm_kv_cache_gives_the_logits_of_a_full_pass_with_options(options):
     model = small_lm(**options)
     ids = torch.randint(4, 30, (2, 11))
     full = model(ids)
-    for caches in ([{} for _ in model.decoder.layers], [{"self": KVCache(11)} for _ in model.decoder.layers]):
+    for caches in ([{"self": KVCache(11)} for _ in model.decoder.layers],):
         pieces = [model(ids[:, :4], caches), model(ids[:, 4:7], caches, start=4)]
         pieces += [model(ids[:, t:t + 1], caches, start=t) for t in range(7, 11)]
         torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)

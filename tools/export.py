@@ -190,7 +190,7 @@ TOP_LEVEL: dict[str, list[str]] = {
                "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention"],
     "Masks": ["causal_mask", "padding_mask", "combine_masks"],
     "Generation": ["generate", "greedy_decode", "sample_decode", "beam_search", "sequence_scores",
-                   "filter_logits", "length_penalty", "KVCache", "IncrementalDecoder", "translate",
+                   "filter_logits", "length_penalty", "KVCache", "StaticKVCache", "IncrementalDecoder", "translate",
                    "Translator", "load_translator", "UnknownWordsError"],
     "Training": ["label_smoothed_cross_entropy", "shift_targets", "translation_loss", "lm_loss",
                  "linear_cross_entropy", "noam_lr",

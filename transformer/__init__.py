@@ -19,7 +19,7 @@ from transformer.refinements import RotaryEmbedding, RMSNorm, SwiGLU, GroupedQue
 # Masks
 from transformer.masks import causal_mask, padding_mask, combine_masks
 # Generation
-from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty, KVCache, IncrementalDecoder, translate, Translator, load_translator, UnknownWordsError
+from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty, KVCache, StaticKVCache, IncrementalDecoder, translate, Translator, load_translator, UnknownWordsError
 # Training
 from transformer.training import label_smoothed_cross_entropy, shift_targets, translation_loss, noam_lr, make_optimizer, TrainState, train_step, fit, evaluate_loss, IGNORE_INDEX
 from transformer.lm import lm_loss, linear_cross_entropy, perplexity
@@ -66,6 +66,7 @@ __all__ = [
     "filter_logits",
     "length_penalty",
     "KVCache",
+    "StaticKVCache",
     "IncrementalDecoder",
     "translate",
     "Translator",

@@ -14,6 +14,7 @@ from transformer.data import _check_bool, _check_float, _check_int, _check_token
 from transformer.embedding import _check_id_range
 from transformer.masks import padding_mask
 from transformer.model import Transformer
+from transformer.multihead import MultiHeadAttention
 
 
 @contextmanager
@@ -122,10 +123,10 @@ def _blocked_logits(vocab: int, pad_id: int, bos_id: int, eos_id: int | None,
 class KVCache(dict):
     """The self-attention keys and values of one layer, in buffers allocated once.
 
-    `append(k, v)` writes the new positions in place after the cached ones and returns
-    views of every position so far: nothing earlier is copied. MultiHeadAttention
-    (chapter 05) calls it when its cache has it, and stores the views under "k" and
-    "v", as for a plain dict cache.
+    MultiHeadAttention (chapter 05) given this cache calls `project`, which projects
+    only the new positions and `append`s their keys and values in place after the
+    cached ones: nothing earlier is recomputed or copied. The views of every position
+    so far are also under "k" and "v".
 
     Args:
         capacity: the most positions it will hold, > 0 (the buffers' time axis).
@@ -139,6 +140,25 @@ class KVCache(dict):
         self.length = 0  # positions filled
         self.k_buffer: Tensor | None = None  # [batch, heads, capacity, d_head], made by the first append
         self.v_buffer: Tensor | None = None
+
+    def project(self, attention: MultiHeadAttention, query: Tensor, key: Tensor,
+                value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The attention's heads for n new positions, with the keys and values of the earlier ones.
+
+        Args:
+            attention: the module whose projections these are (chapter 05).
+            query, key, value: [batch, n, d_model], the new positions only.
+
+        Returns:
+            q [batch, heads, n, d_head]; k and v [batch, heads, length, d_head], every
+            position so far.
+        """
+        q = attention.split_heads(attention.q_proj(query))  # [batch, heads, n, d_head]
+        k = attention.split_heads(attention.k_proj(key))
+        v = attention.split_heads(attention.v_proj(value))
+        q, k = attention.place(q, k, self.length)  # the new positions follow the cached ones
+        k, v = self.append(k, v)
+        return q, k, v
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the keys and values of new positions; return those of every position so far.
@@ -165,7 +185,8 @@ class KVCache(dict):
         k_buffer[:, :, self.length:self.length + n] = k  # written in place
         v_buffer[:, :, self.length:self.length + n] = v
         self.length += n
-        return k_buffer[:, :, :self.length], v_buffer[:, :, :self.length]
+        self["k"], self["v"] = k_buffer[:, :, :self.length], v_buffer[:, :, :self.length]
+        return self["k"], self["v"]
 
     def reorder(self, index: Tensor) -> None:
         """Keep the batch rows `index`, in that order (beam search's survivors).
@@ -173,13 +194,44 @@ class KVCache(dict):
         Args:
             index: the rows to keep, a LongTensor [new_batch].
         """
-        if self.k_buffer is not None and self.v_buffer is not None:
+        if self.k_buffer is not None and self.v_buffer is not None:  # else nothing is cached yet
             self.k_buffer = self.k_buffer.index_select(0, index)
             self.v_buffer = self.v_buffer.index_select(0, index)
             self["k"], self["v"] = self.k_buffer[:, :, :self.length], self.v_buffer[:, :, :self.length]
-        else:  # filled as a plain dict, by an attention module that does not call append
-            for name, tensor in self.items():
-                self[name] = tensor.index_select(0, index)
+
+
+class StaticKVCache(dict):
+    """The cross-attention keys and values of one layer: the memory's, projected once.
+
+    MultiHeadAttention (chapter 05) given this cache calls `project`: the first call
+    projects the keys and values (kept under "k" and "v"), every later call reuses them
+    and projects only the queries. The memory does not change while a sentence is
+    decoded, so its keys and values do not either.
+
+    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    """
+
+    def project(self, attention: MultiHeadAttention, query: Tensor, key: Tensor,
+                value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [batch, heads, n, d_head] of the new queries; k, v [batch, heads, S, d_head].
+
+        Raises:
+            ValueError: the attention has positions of its own (chapter 13's
+                `positional`): the source's keys have no positions of the target's.
+        """
+        if attention.positional is not None:
+            raise ValueError("a StaticKVCache (cross-attention) for an attention with positional: the "
+                             "source's keys have no positions of the target's; build it with positional=None")
+        q = attention.split_heads(attention.q_proj(query))  # [batch, heads, n, d_head]
+        if "k" not in self:  # the first call: the memory's keys and values, once
+            self["k"] = attention.split_heads(attention.k_proj(key))  # [batch, heads, S, d_head]
+            self["v"] = attention.split_heads(attention.v_proj(value))
+        return q, self["k"], self["v"]
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index` [new_batch], in that order."""
+        for name, tensor in self.items():
+            self[name] = tensor.index_select(0, index)
 
 
 class IncrementalDecoder:
@@ -217,8 +269,8 @@ class IncrementalDecoder:
         self.use_cache = _check_bool("use_cache", use_cache)
         size: int = self.model.max_len if capacity is None else _check_int("capacity", capacity)
         # One cache per decoder layer: "self" grows by a position per step, "cross" is filled once.
-        self.caches: list[dict] | None = ([{"self": KVCache(size), "cross": {}} for _ in self.model.decoder.layers]
-                                          if use_cache else None)
+        self.caches: list[dict] | None = ([{"self": KVCache(size), "cross": StaticKVCache()}
+                                           for _ in self.model.decoder.layers] if use_cache else None)
         self.seen = 0  # target positions already in the caches
 
     def __call__(self, tokens: Tensor) -> Tensor:
@@ -267,10 +319,9 @@ class IncrementalDecoder:
         for cache in self.caches or []:
             cache["self"].reorder(index)
             if cross:
-                for name, tensor in cache["cross"].items():  # "k" and "v": [batch, heads, S, d_head]
-                    cache["cross"][name] = tensor.index_select(0, index)
+                cache["cross"].reorder(index)
 
-# %% chapters/10_generation.ipynb, cell 24
+# %% chapters/10_generation.ipynb, cell 26
 def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
                     choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
                     max_new_tokens: int, streamer: object = None,
@@ -390,7 +441,7 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
     return _decode_translation(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
                                max_new_tokens, use_cache, src_mask, streamer, stopping_criteria)
 
-# %% chapters/10_generation.ipynb, cell 42
+# %% chapters/10_generation.ipynb, cell 44
 def _check_top_p(top_p: object) -> float:
     """top_p as a float if it lies in (0, 1], else a ValueError naming it."""
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
@@ -494,7 +545,7 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None,
 
     return choose
 
-# %% chapters/10_generation.ipynb, cell 48
+# %% chapters/10_generation.ipynb, cell 50
 def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
     """GNMT's length penalty ((5 + |y|) / 6) ** alpha, elementwise.
 
@@ -564,7 +615,7 @@ def sequence_scores(model: Transformer, src: Tensor, tgt: Tensor, alpha: float =
         total = (logp * real).sum(dim=-1)  # [B]
     return total / length_penalty(real.sum(dim=-1), alpha)
 
-# %% chapters/10_generation.ipynb, cell 50
+# %% chapters/10_generation.ipynb, cell 52
 def beam_search(model: Transformer, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
                 alpha: float = 0.6, max_new_tokens: int | None = None, use_cache: bool = True,
                 keep_greedy: bool = True, src_mask: Tensor | None = None,
@@ -699,7 +750,7 @@ def _beam_loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor
     used = (result != pad_id).any(dim=0).nonzero()  # drop all-padding columns
     return result[:, : int(used.max()) + 1], scores.reshape(-1)
 
-# %% chapters/10_generation.ipynb, cell 60
+# %% chapters/10_generation.ipynb, cell 62
 import inspect
 
 
@@ -746,7 +797,7 @@ def cross_attention_weights(model: Transformer, src: Tensor, tgt: Tensor) -> Ten
             hook.remove()
     return torch.stack(found)
 
-# %% chapters/10_generation.ipynb, cell 66
+# %% chapters/10_generation.ipynb, cell 68
 from functools import lru_cache
 from pathlib import Path
 
@@ -908,7 +959,7 @@ def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
     """
     return _shipped_translator()(text, beam_size=beam_size)
 
-# %% chapters/10_generation.ipynb, cell 69
+# %% chapters/10_generation.ipynb, cell 71
 import argparse
 import sys
 
@@ -954,7 +1005,7 @@ def translate_command(argv: list[str] | None = None) -> int:
             status = 2
     return status
 
-# %% chapters/10_generation.ipynb, cell 74
+# %% chapters/10_generation.ipynb, cell 76
 from transformer.model import PretrainedModel
 
 
@@ -1171,4 +1222,4 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
 # Every model built on chapter 08's PretrainedModel now has model.generate(...).
 PretrainedModel.generate_function = generate
 
-__all__ = ["eval_mode", "KVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate", "translate_command", "generate"]
+__all__ = ["eval_mode", "KVCache", "StaticKVCache", "IncrementalDecoder", "greedy_decode", "filter_logits", "sample_decode", "length_penalty", "sequence_scores", "beam_search", "cross_attention_weights", "UnknownWordsError", "Translator", "load_translator", "translate", "translate_command", "generate"]

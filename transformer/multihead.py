@@ -6,28 +6,14 @@ import torch
 from torch import Tensor
 
 
-def _check_attention_inputs(
-    d_model: int, dtype: torch.dtype, query: Tensor, key: Tensor | None, value: Tensor | None
-) -> None:
+def _check_attention_inputs(d_model: int, dtype: torch.dtype, query: Tensor, key: Tensor,
+                            value: Tensor) -> None:
     """Raise a clear error unless query [B, Tq, d_model], key/value [B, Tk, d_model] fit.
 
-    dtype is the module's weights' dtype, which the inputs must share. key and value are
-    None when they come from a cache (cross-attention in generation).
+    dtype is the module's weights' dtype, which the inputs must share.
     """
-    named = [("query", query), ("key", key), ("value", value)]
-    for name, x in named:
-        if x is None:
-            continue
-        if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
-        if x.dtype != dtype:
-            raise TypeError(
-                f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
-                f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
-            )
-    if key is None or value is None:
-        return
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _check_attention_input(name, x, d_model, dtype)
     if key.size(0) != query.size(0) or value.size(0) != query.size(0):
         raise ValueError(
             "query, key and value must have the same batch size, got "
@@ -37,6 +23,18 @@ def _check_attention_inputs(
         raise ValueError(
             f"key and value must have the same length, got key {tuple(key.shape)}, "
             f"value {tuple(value.shape)}"
+        )
+
+
+def _check_attention_input(name: str, x: object, d_model: int, dtype: torch.dtype) -> None:
+    """A ValueError unless x is a tensor [batch, len, d_model]; a TypeError unless of dtype."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
+    if x.dtype != dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
+            f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
         )
 
 # %% chapters/05_multihead_attention.ipynb, cell 13
@@ -59,6 +57,7 @@ def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name:
 
 # %% chapters/05_multihead_attention.ipynb, cell 15
 from collections.abc import Callable
+from typing import Protocol
 
 from torch import nn
 
@@ -79,6 +78,19 @@ def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
     weight = torch.cat([layer.weight for layer in layers])  # [sum of d_out, d_in]
     bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
     return nn.functional.linear(x, weight, bias)
+
+
+class KeyValueCache(Protocol):
+    """What MultiHeadAttention's `cache` argument is (chapter 10 builds two kinds).
+
+    Defined in chapter 05, Multi-head attention (`chapters/05_multihead_attention.ipynb`).
+    """
+
+    def project(self, attention: "MultiHeadAttention", query: Tensor, key: Tensor,
+                value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [B, h, Tq, d_head] of the new positions; k, v [B, h, Tk, d_head] of every
+        position so far."""
+        ...
 
 
 class MultiHeadAttention(nn.Module):
@@ -152,31 +164,25 @@ class MultiHeadAttention(nn.Module):
         # After the transpose the memory is not contiguous: reshape, not view.
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
-    def project(self, query: Tensor, key: Tensor, value: Tensor,
-                stack: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V projections, with as few matrix multiplies as possible.
 
-        Self-attention (query is key is value) with stack=True: ONE multiply by
-        the three weights stacked, [3·d_model, d_model] (nn.MultiheadAttention's
-        in_proj_weight). Otherwise three, one
-        per nn.Linear (cross-attention keeps k_proj and v_proj as calls of their own, so
-        that chapter 10 can count the key projections with a forward hook on k_proj).
+        Self-attention (query is key is value): ONE multiply by the three weights
+        stacked, [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight).
+        Otherwise three, one per nn.Linear (cross-attention keeps k_proj and v_proj as
+        calls of their own, so that chapter 10 can count the key projections with a
+        forward hook on k_proj).
 
         Args:
             query: [B, Tq, d_model].
             key: [B, Tk, d_model].
             value: [B, Tk, d_model].
-            stack: allow the one-multiply path (default True). forward passes False
-                when decoding with a cache: stacking copies the weights (3·d_model²
-                numbers), worth it for a batch of positions, not for the one new
-                position of a decoding step (chapter 10). A flag, not a test on the
-                tensor's size, so that torch.export sees one graph for every size.
 
         Returns:
             q [B, Tq, d_model], k [B, Tk, d_model] and v [B, Tk, d_model] (each as wide as
             its projection's output).
         """
-        if stack and query is key and key is value:
+        if query is key and key is value:
             layers = (self.q_proj, self.k_proj, self.v_proj)
             qkv = _fused_linear(query, layers)  # [B, T, 3·d_model]
             return qkv.split([layer.out_features for layer in layers], dim=-1)  # three views, no copy
@@ -185,11 +191,10 @@ class MultiHeadAttention(nn.Module):
     def forward(
         self,
         query: Tensor,
-        key: Tensor | None,
-        value: Tensor | None,
+        key: Tensor,
+        value: Tensor,
         mask: Tensor | None = None,
-        cache: dict | None = None,
-        static_kv: bool = False,
+        cache: KeyValueCache | None = None,
         need_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
@@ -197,17 +202,13 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             query: [B, Tq, d_model].
-            key: [B, Tk, d_model] (None when static_kv reuses the cache).
-            value: [B, Tk, d_model] (None when static_kv reuses the cache).
+            key: [B, Tk, d_model].
+            value: [B, Tk, d_model].
             mask: optional bool, True = may attend, broadcastable to [B, num_heads, Tq, Tk].
-            cache: for generation (chapter 10), a dict; with static_kv and "k"/"v"
-                already in it, they are reused and key/value are not projected;
-                otherwise the new keys and values are projected and, unless static_kv,
-                appended after the cached ones along time (in place, if the cache has
-                an `append(k, v)` method, as chapter 10's KVCache does). k and v
-                ([B, heads, Tk, d_head]) are then stored in the cache; with
-                positional, the cached length is the position of the first new query.
-            static_kv: the keys and values do not change between calls (cross-attention).
+            cache: the keys and values of earlier calls, for generation one token at a
+                time (default None: none). Its `project(self, query, key, value)` returns
+                the queries of the new positions and the keys and values of every position
+                so far, as chapter 10's KVCache and StaticKVCache do.
             need_weights: return the attention weights (default True, as
                 torch.nn.MultiheadAttention). False returns None for them and lets
                 `attend` run PyTorch's fused kernel; the blocks of chapter 07 pass False. To read
@@ -222,43 +223,32 @@ class MultiHeadAttention(nn.Module):
             or None.
 
         Raises:
-            ValueError: a shape does not fit (named in the message), key or value is None
-                with no cached keys and values to reuse, or static_kv is asked of a module
-                with positional (cross-attention has no positions to give).
-            TypeError: an input's dtype differs from the weights', or mask is not bool.
+            ValueError: a shape does not fit (named in the message).
+            TypeError: an input's dtype differs from the weights', mask is not bool, or
+                cache has no `project` method.
         """
-        if static_kv and self.positional is not None:
-            raise ValueError("static_kv=True (cross-attention) with positional: the source's keys "
-                             "have no positions of the target's; build this module with positional=None")
-        reuse = cache is not None and static_kv and "k" in cache
-        for name, x in (("key", key), ("value", value)):
-            if x is None and not reuse:
-                raise ValueError(f"{name} is None: it may be left out only with static_kv=True and a "
-                                 "cache that already holds the keys and values (generation, chapter 10)")
-        _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query,
-                                None if reuse else key, None if reuse else value)
+        _check_attention_inputs(self.d_model, self.out_proj.weight.dtype, query, key, value)
         _check_mask_axes(mask, query.size(0), self.num_heads, query.size(1))
         _check_bool("need_weights", need_weights)
         _check_bool("is_causal", is_causal)
-        if reuse and cache is not None:
-            q = self.split_heads(self.q_proj(query))  # [B, h, Tq, d_head]
-            k, v = cache["k"], cache["v"]  # [B, h, Tk, d_head], projected earlier
-        else:
-            assert key is not None and value is not None  # checked above
-            q, k, v = map(self.split_heads, self.project(query, key, value,
-                                                       stack=cache is None))  # [B, h, T, d_head]
-            if self.positional is not None:  # new positions start after the cached ones
-                start = cache["k"].size(2) if cache is not None and "k" in cache else 0
-                q, k = self.positional(q, start), self.positional(k, start)
-            if cache is not None and not static_kv and hasattr(cache, "append"):
-                k, v = cache.append(k, v)  # a preallocated cache writes in place (chapter 10)
-            elif cache is not None and not static_kv and "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # earlier steps first
-                v = torch.cat([cache["v"], v], dim=2)
-        if cache is not None:
-            cache["k"], cache["v"] = k, v  # [B, h, Tk, d_head]
+        if cache is not None and not callable(getattr(cache, "project", None)):
+            raise TypeError(f"cache must have a project(attention, query, key, value) method, as "
+                            f"chapter 10's KVCache and StaticKVCache do; got {type(cache).__name__}")
+        if cache is None:
+            q, k, v = map(self.split_heads, self.project(query, key, value))  # [B, h, T, d_head]
+            q, k = self.place(q, k, 0)
+        else:  # chapter 10: the new positions' queries, every position's keys and values
+            q, k, v = cache.project(self, query, key, value)
         out, weights = self.attend(q, k, v, mask, need_weights, is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
+
+    def place(self, q: Tensor, k: Tensor, start: int) -> tuple[Tensor, Tensor]:
+        """Give queries and keys [B, h, T, d_head] the positions start .. start+T-1, with
+        `positional` (chapter 13); without it they are returned as they are (their
+        positions were added to the embeddings, chapter 02)."""
+        if self.positional is None:
+            return q, k
+        return self.positional(q, start), self.positional(k, start)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                need_weights: bool = True, is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
@@ -331,4 +321,4 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale)
     return out.masked_fill(~has_key, 0.0)  # [..., Tq, d_v]
 
-__all__ = ["MultiHeadAttention", "fused_attention"]
+__all__ = ["KeyValueCache", "MultiHeadAttention", "fused_attention"]
