@@ -1139,8 +1139,8 @@ print(f"Pre-LN top-layer gradient x sqrt(depth): {[round(v, 2) for v in pre_ln_s
 #| fig-cap: Gradients at initialisation in a deep decoder, Post-LN (the paper) against Pre-LN.
 #|   Left: the gradient norm of each layer's FFN weight in a 24-layer stack: Post-LN's
 #|   grows towards the output, Pre-LN's is largest at the bottom and shrinks gently.
-#|   Right: the top layer's gradient against the depth of the stack: constant for Post-
-#|   LN, shrinking for Pre-LN.
+#|   Right: the top layer's gradient against the depth of the stack: constant for
+#|   Post-LN, shrinking for Pre-LN.
 #| fig-alt: Left: two curves over the layers 1 to 24. Post-LN (blue circles) stays near 0.1 up
 #|   to layer 12, then climbs irregularly to about 0.5. Pre-LN (orange squares) falls
 #|   from about 0.26 at layer 1 to about 0.09 at layer 24. Right: over stacks of 3, 6, 12
@@ -1308,7 +1308,7 @@ print("ex1 passed")
 # `block.ffn`, `block.norm1`, `block.norm2`; dropout is off in eval mode, so you
 # may leave it out) and do not call `block(...)` itself, nor change the block: while the
 # check runs your function, calling the block or setting `block.norm_first` raises, and
-# the check counts the calls of the block's four parts. It hands your function Post-LN
+# the check sees each of the block's four parts called. It hands your function Post-LN
 # blocks and compares with the same weights run with `norm_first=True`.
 
 # %%

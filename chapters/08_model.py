@@ -109,10 +109,10 @@ print("decoder output:", tuple(states.shape), " <- one vector per position, not 
 #
 # ## 3 · The code
 #
-# First, something every model of the book shares (chapter 11 adds a second one): it
+# First, something every model of the book shares (chapter 11 adds a second model): it
 # **knows its configuration**. `model.config` is the plain dictionary of the arguments it
 # was built with, so `Transformer(**model.config)` builds the same architecture again, and
-# a saved model can describe itself (section 3's last part saves and loads one). The base
+# a saved model can describe itself (section 5 saves and loads one). The base
 # class keeps that dictionary, and after `load_state_dict` it restores what a state_dict
 # cannot hold: weights tied to each other (`tie_weights`) and computed tables such as the
 # positional encoding (`reset_buffers`, chapter 02). It also gives every model a
@@ -1598,7 +1598,7 @@ print("ex4 passed")
 # %% [markdown]
 # <!-- #| answer ex4-why points=1 -->
 # `count_parameters` does not drop by $V \cdot d_{\text{model}}$ (the model still has two
-# tables, so a paper-size model comes out tens of millions of parameters too large), and
+# tables, so a paper-size model comes out 19M (base) or 38M (big) parameters too large), and
 # after one optimiser step the output layer's weight and the embedding table are no longer
 # equal (each received its own gradient). The checkpoint also holds both tensors, and
 # `model.generator.weight is model.tgt_embed.embedding.weight` is False.

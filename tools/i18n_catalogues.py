@@ -25,7 +25,7 @@ from tools.notebooks import CHAPTERS, ROOT
 # The chapters in the Chinese edition, in the book's order: the check covers exactly these,
 # and the build writes exactly these. A chapter joins once its catalogue is translated.
 EDITION = ("01_embedding", "02_positional_encoding", "03_attention", "04_causal_mask",
-           "05_multihead_attention", "06_feedforward")
+           "05_multihead_attention", "06_feedforward", "07_blocks", "08_model")
 LANGUAGE = "zh_CN"  # gettext's name for it; the site's lang attribute is zh-CN
 LOCALE = ROOT / "book" / "locale" / LANGUAGE / "LC_MESSAGES"
 BUILD = ROOT / "_build" / "zh"
