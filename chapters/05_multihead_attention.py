@@ -277,10 +277,11 @@ def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name:
 # (a copy of $3d^2$ numbers, small next to the multiply itself when there are many
 # positions).
 #
-# Three optional arguments look ahead, and by default change nothing. `cache` lets
-# chapter 10 hand in the keys and values of earlier steps when the decoder writes one
-# token at a time: an object whose `project` returns the new queries with the keys and
-# values of every position so far (chapter 10 builds it). `positional` takes a module (or
+# Two optional arguments and one method look ahead, and by default change nothing.
+# `forward`'s `cache` lets chapter 10 hand in the keys and values of earlier steps when
+# the decoder writes one token at a time: an object whose `project` returns the new
+# queries with the keys and values of every position so far (chapter 10 builds it). The
+# constructor's `positional` takes a module (or
 # a function) `f(x, start)` that gives the queries and keys their positions inside
 # attention, for the models of chapter 13 that do not add positions to the embeddings
 # (`place` applies it; `start` is the position of the first query). And the attention
