@@ -966,3 +966,13 @@ def test_plain_docstring_conversion_is_needed():
     """The same text read as reST directly does warn: the conversion is what makes it safe."""
     _, warnings = rendered_text(TRICKY)
     assert warnings
+
+
+def test_napoleon_alone_leaves_plain_text_as_markup():
+    """Why tools/docstrings.py and not sphinx.ext.napoleon: napoleon's Google-style reader
+    leaves `|y|` a substitution and `**kwargs` emphasis, so the same text still warns."""
+    from sphinx.ext.napoleon import Config
+    from sphinx.ext.napoleon.docstring import GoogleDocstring
+
+    _, warnings = rendered_text(str(GoogleDocstring(TRICKY, Config())))
+    assert "Undefined substitution" in warnings and "emphasis" in warnings

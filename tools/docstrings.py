@@ -17,6 +17,10 @@ docstring into reST that renders as the author wrote it:
 - an indented block (an example, a table) becomes a literal block.
 
 Future docstrings need no care for reST: whatever plain text they hold builds.
+
+Not sphinx.ext.napoleon: it turns the Google sections into fields but passes the rest on
+as reST, where `|y|` is still a substitution and `**kwargs` still emphasis (shown by
+tests/test_site.py, test_napoleon_alone_leaves_plain_text_as_markup).
 """
 
 from __future__ import annotations

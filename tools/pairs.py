@@ -4,6 +4,9 @@
 
 The .py pair is what `jupytext` writes from the notebook (py:percent); a
 mismatch means one side was edited and the other was not synced.
+
+Not `jupytext --sync` or its pre-commit hook: both rewrite one side, and a check in CI
+must only read; this is jupytext's own writer, compared with the committed pair.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ so that type checkers can read them as a program (`make lint` runs mypy and pyri
     python -m tools.readme_code OUT.py
 
 A block may use the names of the blocks before it, as a reader of the section does.
+tests/test_readme.py runs the same blocks and compares what their comments claim; the
+libraries that run Markdown's code blocks (mktestdocs, pytest-markdown-docs) run them but
+do not hand them to a type checker as one program, which is this file's job.
 """
 
 import re
