@@ -53,6 +53,7 @@ LANGUAGE = "zh" if tags.has("zh") else "en"  # noqa: F821 (Sphinx's tags)
 language = "zh_CN" if LANGUAGE == "zh" else "en"
 if LANGUAGE == "zh":
     from tools.i18n_catalogues import BUILD_TABLE, LOCALE, build_table
+    from tools.i18n_catalogues import EDITION as EDITION_CHAPTERS
 
     book_code = hashlib.sha256(book_code.encode() + (LOCALE / BUILD_TABLE).read_bytes()).hexdigest()
     BOOK_TEXT = build_table()
@@ -159,6 +160,9 @@ DEFINED_IN = re.compile(
 
 def _chapter_line(number: int, title: str, stem: str) -> str:
     title = re.sub(r"[`<>\\]", "", title)
+    if LANGUAGE == "zh" and stem not in EDITION_CHAPTERS:  # not translated yet: the English
+        # page, from the API pages (api/NAME.html, two folders below _build/zh/html/'s parent)
+        return f"Defined in chapter {number:02d}, `{title} <../../../html/chapters/{stem}.html>`__."
     return f"Defined in chapter {number:02d}, :doc:`{title} </chapters/{stem}>`."
 
 

@@ -77,6 +77,10 @@ def test_the_edition_is_one_list_and_every_chapter_in_it_has_a_catalogue():
     catalogues = {path.stem for path in (i18n_catalogues.LOCALE / "chapters").glob("*.po")}
     assert list(i18n_catalogues.EDITION) == [name for name in chapters if name in i18n_catalogues.EDITION]  # the book's order
     assert set(i18n_catalogues.EDITION) == catalogues  # no catalogue left out of the edition, none missing
+    pages = {path.stem for path in i18n_catalogues.LOCALE.glob("*.po")} - {"build"}
+    assert {name.removeprefix("book/") for name in i18n_catalogues.PAGES} == pages
+    for name in i18n_catalogues.PAGES:  # a page is checked as a chapter is
+        assert (ROOT / f"{name}.md").exists() and i18n_check.chapter_problems(name) == []
     for name in i18n_catalogues.EDITION:
         assert i18n_catalogues.catalogue_path(name).exists()
         assert i18n_check.chapter_problems(name) == []
@@ -345,3 +349,21 @@ def test_pages_in_both_languages_link_to_each_other_from_disk(tmp_path):
                             text)
         assert not href.startswith("/") and (here.parent / href).resolve().exists(), href
     assert "language-switch" not in (tmp_path / "html" / "chapters" / "02_other.html").read_text()
+
+
+def test_a_link_to_a_document_the_chinese_site_lacks_goes_to_the_english_one(tmp_path):
+    """A translated page's {doc} link to a chapter not yet in the edition becomes a link to
+    the English site's page, relative, so that it works from disk; a link to a document the
+    Chinese site has is left to Sphinx."""
+    from tools.site_files import link_to_english
+    from tools.site_layout import Site
+
+    site = Site(tmp_path / "zh", "full", "zh")
+    text = ("See {doc}`chapters/14_benchmarks`, {doc}`the guide <teachers>` and "
+            "{doc}`04 </chapters/04_causal_mask>`.")
+    out = link_to_english(text, Path("performance.md"), {"chapters/04_causal_mask"}, site)
+    assert '<a href="../../html/chapters/14_benchmarks.html" hreflang="en">14 · Appendix: Benchmarks</a>' in out
+    assert '<a href="../../html/teachers.html" hreflang="en">the guide</a>' in out
+    assert "{doc}`04 </chapters/04_causal_mask>`" in out
+    nested = link_to_english("{doc}`the package <../package>`", Path("chapters/x.md"), set(), site)
+    assert '<a href="../../../html/package.html" hreflang="en">the package</a>' in nested

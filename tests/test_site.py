@@ -356,7 +356,7 @@ def test_the_chinese_edition_is_a_chinese_site_of_its_chapters(zh_site):
     """Every chapter of the edition is a page in Chinese (lang="zh-CN", its prose from the
     catalogue), and the site's search finds the edition's terms where the chapters teach
     them: 因果掩码 (causal mask) in chapter 04, the one character 键 (key) in chapter 03."""
-    from tools.i18n_catalogues import EDITION, catalogue_path, load
+    from tools.i18n_catalogues import EDITION, PAGES, catalogue_path, load
 
     for name in EDITION:
         page = (zh_site / "chapters" / f"{name}.html").read_text(encoding="utf-8")
@@ -365,6 +365,12 @@ def test_the_chinese_edition_is_a_chinese_site_of_its_chapters(zh_site):
         assert title.comment == "heading" and title.msgid.startswith(name[:2] + " · "), name
         text = page_text(zh_site / "chapters" / f"{name}.html")
         assert title.msgstr in text and title.msgid not in text, name
+    for name in PAGES:  # the book's pages in the edition: in Chinese, linking out to English
+        page = zh_site / f"{name.removeprefix('book/')}.html"
+        title = load(catalogue_path(name))[0]
+        assert title.msgstr in page_text(page) and title.msgid not in page_text(page), name
+    performance = (zh_site / "performance.html").read_text(encoding="utf-8")
+    assert 'href="../../html/chapters/14_benchmarks.html" hreflang="en"' in performance
     index = search_index(zh_site)
     assert "chapters/04_causal_mask" in found_on(index, "因果掩码")
     assert "chapters/03_attention" in found_on(index, "键")

@@ -56,11 +56,14 @@ from tools.i18n_catalogues import (
     LOCALE,
     NOTE_CELL,
     OPTION,
+    PAGES,
     build_table,
     catalogue_path,
     chapter_units,
     extract,
+    is_page,
     short,
+    source_notebook,
     translate_markdown,
     translations,
 )
@@ -101,21 +104,33 @@ def chinese_notebook(notebook: nbformat.NotebookNode, catalogue: dict, table: di
     return result
 
 
-def build(names: tuple[str, ...] = EDITION, out: Path = BUILD, chapters: Path = CHAPTERS,
+def build(names: tuple[str, ...] = EDITION + PAGES, out: Path = BUILD, chapters: Path = CHAPTERS,
           locale: Path = LOCALE) -> list[Path]:
-    """Write out/chapters/NN_name.ipynb for each chapter; refused while the check fails."""
+    """Write out/chapters/NN_name.ipynb for each chapter and out/pages/NAME.md for each
+    page ("book/NAME"); refused while the check fails."""
     found = problems(names, chapters, locale)
     if found:
         raise SystemExit("\n".join(found) + f"\n{len(found)} problem(s): the Chinese edition "
                          "is not current; nothing built")
     table = build_table(locale)
+    pages = {f"{name.removeprefix('book/')}.md" for name in names if is_page(name)}
+    for stale in (out / "pages").glob("*.md"):  # a page that left the edition leaves the site
+        if stale.name not in pages:
+            stale.unlink()
     written = []
     for name in names:
-        notebook = nbformat.read(chapters / f"{name}.ipynb", as_version=4)
-        zh = chinese_notebook(notebook, translations(catalogue_path(name, locale)), table)
-        target = out / "chapters" / f"{name}.ipynb"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(zh, target)
+        catalogue = translations(catalogue_path(name, locale))
+        if is_page(name):
+            target = out / "pages" / f"{name.removeprefix('book/')}.md"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            english = source_notebook(name).cells[0].source
+            target.write_text(translate_markdown(english, lambda msgid, units=catalogue: units[None, msgid]),
+                              encoding="utf-8")
+        else:
+            zh = chinese_notebook(source_notebook(name, chapters), catalogue, table)
+            target = out / "chapters" / f"{name}.ipynb"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(zh, target)
         written.append(target)
     return written
 
@@ -133,10 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.command == "extract":
-        for name in args.names or EDITION:
+        for name in args.names or EDITION + PAGES:
             print(f"wrote {extract(name).relative_to(ROOT)}")
     elif args.command == "diff":
-        lines = [line for name in args.names or EDITION for line in diff(name)]
+        lines = [line for name in args.names or EDITION + PAGES for line in diff(name)]
         print("\n".join(lines) if lines else "no stale unit")
     elif args.command == "check":
         found = problems()
@@ -145,9 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         if found:
             print(f"Chinese edition: {len(found)} problem(s)", file=sys.stderr)
             return 1
-        units = sum(len({u.key for u in chapter_units(nbformat.read(
-            CHAPTERS / f"{n}.ipynb", as_version=4))}) for n in EDITION)
-        print(f"Chinese edition: {len(EDITION)} chapter(s), {units} units current "
+        units = sum(len({u.key for u in chapter_units(source_notebook(n))}) for n in EDITION + PAGES)
+        print(f"Chinese edition: {len(EDITION)} chapter(s) and {len(PAGES)} page(s), {units} units current "
               f"({time.perf_counter() - start:.1f} s)")
     elif args.command == "build":
         for path in build(out=args.out.resolve()):

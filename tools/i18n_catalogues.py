@@ -26,6 +26,9 @@ from tools.notebooks import CHAPTERS, ROOT
 # and the build writes exactly these. A chapter joins once its catalogue is translated.
 EDITION = ("01_embedding", "02_positional_encoding", "03_attention", "04_causal_mask",
            "05_multihead_attention", "06_feedforward", "07_blocks", "08_model")
+# The book's own pages in the edition, as "book/NAME" (book/NAME.md), translated unit by
+# unit as the chapters are; the Chinese site has each as NAME.html, beside the English one.
+PAGES = ("book/performance",)
 LANGUAGE = "zh_CN"  # gettext's name for it; the site's lang attribute is zh-CN
 LOCALE = ROOT / "book" / "locale" / LANGUAGE / "LC_MESSAGES"
 BUILD = ROOT / "_build" / "zh"
@@ -130,6 +133,25 @@ def translatable(text: str) -> bool:
     return bool(LETTERS.search(_without_code(text)))
 
 
+def is_page(name: str) -> bool:
+    """Whether name is a book page ("book/NAME") rather than a chapter ("NN_name")."""
+    return name.startswith("book/")
+
+
+def source_label(name: str) -> str:
+    """Where the English of a chapter or a page is, for messages and references."""
+    return f"{name}.md" if is_page(name) else f"chapters/{name}.ipynb"
+
+
+def source_notebook(name: str, chapters: Path = CHAPTERS) -> nbformat.NotebookNode:
+    """A chapter's notebook; a page as a notebook of one markdown cell (id "page"), so that
+    a page's units, catalogue and check are a chapter's."""
+    if is_page(name):
+        text = (ROOT / f"{name}.md").read_text(encoding="utf-8")
+        return nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text, id="page")])
+    return nbformat.read(chapters / f"{name}.ipynb", as_version=4)
+
+
 def chapter_units(notebook: nbformat.NotebookNode) -> list[Unit]:
     """Every translatable unit of a chapter, in reading order (repeats included)."""
     units = []
@@ -175,11 +197,15 @@ def translate_markdown(source: str, translate) -> str:
 # --- catalogues ------------------------------------------------------------------
 
 def catalogue_path(name: str, locale: Path = LOCALE) -> Path:
+    """LC_MESSAGES/chapters/NN_name.po for a chapter, LC_MESSAGES/NAME.po for a page (the
+    layout Sphinx and .po editors know: DOCNAME.po)."""
+    if is_page(name):
+        return locale / f"{name.removeprefix('book/')}.po"
     return locale / "chapters" / f"{name}.po"
 
 
 def _reference(name: str, cell: str) -> tuple[str, str]:
-    return f"chapters/{name}.ipynb:{cell}", ""  # polib's (file, line); the line is the cell
+    return f"{source_label(name)}:{cell}", ""  # polib's (file, line); the line is the cell
 
 
 def cells_of(entry: polib.POEntry) -> set[str]:
@@ -198,7 +224,7 @@ def refreshed(units: list[Unit], old: polib.POFile, name: str) -> polib.POFile:
     """The catalogue for `units`, carrying over what `old` has (see the module's doc)."""
     po = polib.POFile(wrapwidth=78)
     po.header = old.header or (
-        f"The Chinese of chapters/{name}.ipynb, unit by unit (tools/i18n.py): d2l-zh's\n"
+        f"The Chinese of {source_label(name)}, unit by unit (tools/i18n.py): d2l-zh's\n"
         "conventions and book/glossary.md's terms. Inline code, math, numbers and tokens\n"
         "stay as the English has them; code cells are not translated.")
     po.metadata = {**HEADER, **{k: v for k, v in old.metadata.items() if k not in HEADER}}
@@ -256,8 +282,8 @@ def refreshed(units: list[Unit], old: polib.POFile, name: str) -> polib.POFile:
 
 
 def extract(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE) -> Path:
-    """Write or refresh one chapter's catalogue from its English notebook."""
-    notebook = nbformat.read(chapters / f"{name}.ipynb", as_version=4)
+    """Write or refresh one chapter's (or page's) catalogue from its English."""
+    notebook = source_notebook(name, chapters)
     path = catalogue_path(name, locale)
     po = refreshed(chapter_units(notebook), load(path), name)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-import nbformat
 import polib
 
 from tools.i18n_catalogues import (
@@ -23,6 +22,7 @@ from tools.i18n_catalogues import (
     MARKDOWN,
     MATH,
     NUMBER,
+    PAGES,
     PLACEHOLDER,
     ROLE,
     TOKEN,
@@ -33,6 +33,8 @@ from tools.i18n_catalogues import (
     markdown_pieces,
     refreshed,
     short,
+    source_label,
+    source_notebook,
     unit_text,
 )
 from tools.notebooks import CHAPTERS, ROOT
@@ -164,8 +166,8 @@ def changes(old: str, new: str, context: int | None = None) -> str:
 
 
 def chapter_problems(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE) -> list[str]:
-    """One line per unit of a chapter that lacks a current, sound translation."""
-    notebook = nbformat.read(chapters / f"{name}.ipynb", as_version=4)
+    """One line per unit of a chapter (or page) that lacks a current, sound translation."""
+    notebook = source_notebook(name, chapters)
     path = catalogue_path(name, locale)
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.exists():
@@ -180,7 +182,7 @@ def chapter_problems(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE
         if unit.key in seen:
             continue
         seen.add(unit.key)
-        where = f"chapters/{name}.ipynb cell {unit.cell} ({unit.kind})"
+        where = f"{source_label(name)} cell {unit.cell} ({unit.kind})"
         entry = entries.get(unit.key)
         if entry is None:
             guess = fresh[unit.key]
@@ -268,9 +270,9 @@ def page_problems(pages: Path) -> list[str]:
     return found
 
 
-def problems(names: tuple[str, ...] = EDITION, chapters: Path = CHAPTERS,
+def problems(names: tuple[str, ...] = EDITION + PAGES, chapters: Path = CHAPTERS,
              locale: Path = LOCALE) -> list[str]:
-    """Everything the check reports, for the chapters `names`, the build's table and the
+    """Everything the check reports, for the chapters and pages `names`, the build's table and the
     Chinese site's own pages (book/locale/zh_CN/pages/, beside the catalogues)."""
     found = []
     for name in names:
@@ -281,14 +283,14 @@ def problems(names: tuple[str, ...] = EDITION, chapters: Path = CHAPTERS,
 def diff(name: str, chapters: Path = CHAPTERS, locale: Path = LOCALE) -> list[str]:
     """For each stale unit of a chapter: the new English, the old English, what changed
     ([-old-]{+new+}) and the old Chinese. Works before extract and after it."""
-    notebook = nbformat.read(chapters / f"{name}.ipynb", as_version=4)
+    notebook = source_notebook(name, chapters)
     po = refreshed(chapter_units(notebook), load(catalogue_path(name, locale)), name)
     out = []
     for entry in po:
         if entry.obsolete or "fuzzy" not in entry.flags or not entry.previous_msgid:
             continue
         cells = ", ".join(sorted(cells_of(entry)))
-        out += [f"chapters/{name}.ipynb cell {cells}"
+        out += [f"{source_label(name)} cell {cells}"
                 + (f" ({entry.msgctxt})" if entry.msgctxt else ""),
                 f"  new English: {entry.msgid}",
                 f"  old English: {entry.previous_msgid}",

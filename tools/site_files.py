@@ -9,9 +9,14 @@ Used by tools/website.py (`assemble`, `build`, the downloads it puts beside the 
 from __future__ import annotations
 
 import hashlib
+import html
 import os
+import re
 from pathlib import Path
 
+import nbformat
+
+from tools.notebooks import ROOT
 from tools.site_layout import Site
 
 GENERATED = "_generated"  # inside the source tree: included by pages, not pages themselves
@@ -72,6 +77,55 @@ SWITCH = '<a class="btn btn-sm language-switch" href="{href}" hreflang="{lang}" 
 HEADER_BUTTONS = '<div class="article-header-buttons">'
 
 
+DOC_ROLE = re.compile(r"\{doc\}`(?:([^`<]*?)\s*<([^`>]+)>|([^`]+))`")
+
+
+def english_title(target: str) -> str:
+    """The title of an English chapter or page, as {doc}`target` would show it."""
+    path = ROOT / (f"{target}.ipynb" if target.startswith("chapters/") else f"book/{target}.md")
+    if not path.exists():  # Sphinx's own check names a link to nothing; here, its name
+        return target
+    if path.suffix == ".ipynb":
+        notebook = nbformat.read(path, as_version=4)
+        text = next((c.source for c in notebook.cells if c.cell_type == "markdown"), "")
+    else:
+        text = path.read_text(encoding="utf-8")
+    match = re.search(r"^#\s+(.+?)\s*$", text, re.M)
+    return match.group(1) if match else target
+
+
+def link_to_english(text: str, page: Path, documents: set[str], site: Site) -> str:
+    """A Chinese page's {doc} links to documents the Chinese site lacks (a chapter not yet
+    translated), turned into links to the English site's page, by a relative path that
+    works from disk as the language switch's does. page: the page's path in the source
+    tree; documents: the source tree's documents, without suffix."""
+    english = site.other_language / "html"
+
+    def replace(match: re.Match) -> str:
+        label, target = (match.group(1), match.group(2)) if match.group(2) else (None, match.group(3))
+        name = target.strip().lstrip("/") if target.startswith("/") else \
+            os.path.normpath((page.parent / target.strip()).as_posix())
+        if name in documents:
+            return match.group(0)
+        here = site.html / page.with_suffix(".html")
+        href = Path(os.path.relpath(english / f"{name}.html", here.parent)).as_posix()
+        return f'<a href="{html.escape(href)}" hreflang="en">{html.escape(label or english_title(name))}</a>'
+
+    return DOC_ROLE.sub(replace, text)
+
+
+def chinese_pages(site: Site, wanted: dict[Path, bytes | str]) -> dict[Path, str]:
+    """The edition's book pages in Chinese (tools/i18n.py build wrote them to
+    root/pages/NAME.md) for the source tree, each {doc} link to a document the Chinese site
+    lacks pointed at the English site."""
+    pages = {site.src / path.name: path.read_text(encoding="utf-8")
+             for path in sorted((site.root / "pages").glob("*.md"))}
+    documents = {path.relative_to(site.src).with_suffix("").as_posix() for path in [*wanted, *pages]
+                 if path.suffix in (".md", ".ipynb") and GENERATED not in path.parts}
+    return {path: link_to_english(text, path.relative_to(site.src), documents, site)
+            for path, text in pages.items()}
+
+
 def link_languages(site: Site) -> int:
     """Link each page that exists in both languages (a chapter of the Chinese edition, the
     landing page) to its twin, in both sites, by a relative path that works from disk; a
@@ -83,7 +137,8 @@ def link_languages(site: Site) -> int:
     for page in sorted(site.html.rglob("*.html")):
         relative = page.relative_to(site.html)
         twin = other.html / relative
-        if (relative.parts[0] == "chapters" or relative == Path("index.html")) and twin.exists():
+        translated = relative.parts[0] == "chapters" or len(relative.parts) == 1  # not api/
+        if translated and twin.exists() and relative.name not in ("genindex.html", "search.html"):
             for here, there, language in ((page, twin, other.language), (twin, page, site.language)):
                 text = here.read_text(encoding="utf-8")
                 if "language-switch" in text or HEADER_BUTTONS not in text:

@@ -67,6 +67,7 @@ from tools.project_info import python_versions
 from tools.reading_cells import for_reading, has_figure, student_view, tag, without_markers
 from tools.site_files import (
     GENERATED,
+    chinese_pages,
     link_languages,
     navigation_signature,
     remove_stale_pages,
@@ -297,6 +298,7 @@ def assemble(chapters: list[Chapter], site: Site = READER) -> tuple[int, str]:
     if site.language != "en":
         from tools.i18n_catalogues import EDITION_NOTE
 
+        wanted.update(chinese_pages(site, wanted))  # the edition's book pages, in Chinese
         wanted[src / GENERATED / "edition_note.md"] = "> " + _(EDITION_NOTE, site.language) + "\n"
     changed = write_tree(src, wanted)
     return changed, navigation_signature(wanted, src)
