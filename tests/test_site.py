@@ -558,13 +558,12 @@ def test_chapter_page_in_the_browser(browser, site, index):
     assert state["outputCopyButtons"] == 0, "copy buttons on outputs"
 
 
-def test_no_page_is_wider_than_a_phone(browser, site):
-    """At 390 px, no page of the site scrolls sideways: wide code, outputs, formulas and
-    tables scroll inside their own boxes (no display formula is cut), long inline code and
-    signatures wrap."""
+def phone_overflow(browser, html: Path, offline: bool = False) -> tuple[dict, dict]:
+    """({page: its width} for each page wider than a phone, {page: display formulas cut
+    off}); with offline, each page is also checked for requests off file:// and errors."""
     too_wide, cut = {}, {}
-    for page_path in pages(site):
-        name = page_path.relative_to(site).as_posix()
+    for page_path in pages(html):
+        name = page_path.relative_to(html).as_posix()
         with Page(browser, page_path.as_uri(), width=PHONE) as page:
             if page.page.evaluate("document.querySelector('.math') !== null"):
                 page.typeset()
@@ -572,11 +571,29 @@ def test_no_page_is_wider_than_a_phone(browser, site):
                 [...document.querySelectorAll('article div.math mjx-container')].filter(m =>
                   m.scrollWidth > m.clientWidth + 1 && ![m, m.parentElement].some(e =>
                     ['auto', 'scroll'].includes(getComputedStyle(e).overflowX))).length]""")
+            if offline:
+                page.check_offline_and_clean()
         if width > PHONE:
             too_wide[name] = width
         if clipped:
             cut[name] = clipped
+    return too_wide, cut
+
+
+def test_no_page_is_wider_than_a_phone(browser, site):
+    """At 390 px, no page of the site scrolls sideways: wide code, outputs, formulas and
+    tables scroll inside their own boxes (no display formula is cut), long inline code and
+    signatures wrap."""
+    too_wide, cut = phone_overflow(browser, site)
     assert not too_wide, f"pages wider than {PHONE} px: {too_wide}"
+    assert not cut, f"display formulas cut off (no scrolling) at {PHONE} px: {cut}"
+
+
+def test_the_chinese_site_reads_on_a_phone_offline(browser, zh_site):
+    """The Chinese edition, opened from disk at 390 px: no page scrolls sideways or cuts a
+    formula, none asks the network for anything, none has a JavaScript error."""
+    too_wide, cut = phone_overflow(browser, zh_site, offline=True)
+    assert not too_wide, f"Chinese pages wider than {PHONE} px: {too_wide}"
     assert not cut, f"display formulas cut off (no scrolling) at {PHONE} px: {cut}"
 
 
