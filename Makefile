@@ -166,8 +166,8 @@ site: $(STAMP) ## the site from the stored outputs (no chapter runs); EDITION=st
 
 # The whole book as one PDF, printed by the system's Chromium from the site (tools/pdf.py):
 # _build/book.pdf, or _build/book-student.pdf with EDITION=student.
-pdf: $(STAMP) ## the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions)
-	$(PY) -m tools.pdf $(if $(EDITION),--edition $(EDITION))
+pdf: $(STAMP) ## the whole book as one PDF, _build/book.pdf (EDITION=student: without solutions; LANGUAGE=zh: _build/book-zh.pdf)
+	$(PY) -m tools.pdf $(if $(EDITION),--edition $(EDITION)) $(if $(LANGUAGE),--language $(LANGUAGE))
 
 # From the repository root, so that chapters/ and student/ are both in reach.
 lab: $(STAMP) ## JupyterLab on the repository (chapters/ and student/)

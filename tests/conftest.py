@@ -16,7 +16,7 @@ import pytest
 
 SLOW = {  # file: seconds of its tests in make pytest, measured 2026-12-02 (see above)
     "test_cheats.py": 178,      # issue 20's class (03, 07, 13) through real nbgrader and make grade; alone
-    "test_site.py": 129,        # Sphinx builds the site; Chromium opens every page
+    "test_site.py": 250,        # Sphinx builds both sites; Chromium opens every page, prints two PDFs
     "test_distributed.py": 87,  # torchrun, several processes
     "test_exercises.py": 99,    # kernels: grading, the proof, student copies
     "test_nbgrader.py": 84,     # real nbgrader on a toy chapter, twice

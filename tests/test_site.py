@@ -999,3 +999,31 @@ def test_napoleon_alone_leaves_plain_text_as_markup():
 
     _, warnings = rendered_text(str(GoogleDocstring(TRICKY, Config())))
     assert "Undefined substitution" in warnings and "emphasis" in warnings
+
+
+def test_the_chinese_pdf_is_the_chinese_edition(browser, zh_site):
+    """make pdf LANGUAGE=zh: the cover, the contents and the bookmarks in Chinese, chapter
+    04's prose as the catalogue has it (not the English), its formulas typeset, and the
+    back matter the edition has translated (the sources, the teacher's guide), in order."""
+    from pypdf import PdfReader
+
+    from tools.i18n_catalogues import catalogue_path, load
+    from tools.pdf import build_pdf
+
+    out = build_pdf(out=zh_site.parent / "book-zh-sample.pdf", only=[4],
+                    site_root=zh_site.parent, context=browser, language="zh")
+    reader = PdfReader(out)
+    texts = [unicodedata.normalize("NFKC", page.extract_text()) for page in reader.pages]
+    squash = lambda text: re.sub(r"\s+", "", text)  # noqa: E731
+    assert reader.metadata["/Title"] == "从零构建 Transformer"
+    assert "每个练习之后附有解答" in squash(texts[0]) and squash(texts[1]).startswith("目录")
+    bookmarks = [item.title for item in reader.outline if not isinstance(item, list)]
+    title = load(catalogue_path("04_causal_mask"))[0].msgstr
+    assert bookmarks == ["目录", "从零构建 Transformer", title, "资料来源", "写给教师"], bookmarks
+    body = squash("".join(texts))
+    units = [e for e in load(catalogue_path("04_causal_mask")) if e.comment == "paragraph"
+             and not re.search(r"[*`$\[<]", e.msgstr + e.msgid)][:5]  # no markup: printed as written
+    assert len(units) == 5
+    nfkc = lambda text: squash(unicodedata.normalize("NFKC", text))  # noqa: E731 (as the PDF's text is)
+    assert all(nfkc(e.msgstr)[:20] in body for e in units)  # the Chinese prose is printed
+    assert not any(squash(e.msgid)[:40] in body for e in units)  # and not the English

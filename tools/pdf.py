@@ -1,6 +1,7 @@
 """The whole book as one PDF, printed by Chromium from the website: `make pdf`.
 
-    python -m tools.pdf [--edition full|student] [--out FILE] [--paper A4|Letter] [--chapters NN ...]
+    python -m tools.pdf [--edition full|student] [--language en|zh] [--out FILE] [--paper A4|Letter]
+                        [--chapters NN ...]
 
 What it holds: a title page, a table of contents with page numbers, the landing page,
 every chapter in order (formulas typeset by MathJax, figures, Chinese text, code and
@@ -8,6 +9,8 @@ outputs), then the glossary, the sources and the teacher's guide. The API refere
 stays on the website (it is generated from the docstrings that `help()` shows too).
 In the full edition each exercise's solution is printed unfolded after the exercise,
 labelled "Solution"; the student edition (`--edition student`) has none.
+The Chinese edition (`--language zh`, _build/book-zh.pdf) prints the chapters and pages it
+has translated (tools/i18n_catalogues.py), its cover and contents from the build's table.
 
 How: the website is built first (tools/website.py, incremental). The <article> of each
 page is joined into one print document inside the site (_build/.../html/_print/), with
@@ -37,16 +40,19 @@ from pathlib import Path
 
 from tools import website
 from tools.notebooks import CHAPTERS, ROOT, read_book
-from tools.pdf_document import Part, part_keys, print_document, read_part
+from tools.pdf_document import Part, cover_text, part_keys, print_document, read_part
 from tools.project_info import package_version
-from tools.site_layout import BUILD, EDITIONS, Site
+from tools.site_layout import BUILD, EDITIONS, LANGUAGES, Site
 
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync"]
 
 
-def default_output(edition: str) -> Path:
+def default_output(edition: str, language: str = "en") -> Path:
+    """_build/book.pdf, book-student.pdf; the Chinese edition's _build/book-zh.pdf."""
+    if language != "en":
+        return BUILD / f"book-{language}.pdf"
     return BUILD / ("book.pdf" if edition == "full" else "book-student.pdf")
 
 
@@ -132,11 +138,13 @@ def same_title(outline_title: str, title: str) -> bool:
     return re.sub(r"\s+", "", outline_title) == re.sub(r"\s+", "", title)
 
 
-def part_pages(outline: list[tuple[int, str, int]], parts: list[Part]) -> dict[str, int]:
-    """The page on which each part starts: the first outline entry with its title."""
+def part_pages(outline: list[tuple[int, str, int]], parts: list[Part],
+               contents: str = "Contents") -> dict[str, int]:
+    """The page on which each part starts: the first outline entry with its title, after
+    the table of contents (its heading: `contents`)."""
     pages: dict[str, int] = {}
     entries = [(t, p) for _, t, p in outline]
-    position = next(i + 1 for i, (t, _) in enumerate(entries) if t == "Contents")
+    position = next(i + 1 for i, (t, _) in enumerate(entries) if t == contents)
     for part in parts:
         for i in range(position, len(entries)):
             if same_title(entries[i][0], part.title):
@@ -148,7 +156,7 @@ def part_pages(outline: list[tuple[int, str, int]], parts: list[Part]) -> dict[s
     return pages
 
 
-def print_twice(context, document: Path, parts: list[Part], paper: str):
+def print_twice(context, document: Path, parts: list[Part], paper: str, contents: str = "Contents"):
     """Print the document once with its outline; write into the table of contents the page
     on which each part starts; print the contents' pages again. Returns (the whole PDF, the
     contents' pages, the outline, part -> page, heading texts)."""
@@ -177,7 +185,7 @@ def print_twice(context, document: Path, parts: list[Part], paper: str):
     first = page.pdf(**options)
     printed = time.perf_counter() - clock
     outline = outline_pages(first)
-    pages = part_pages(outline, parts)
+    pages = part_pages(outline, parts, contents)
     page.evaluate("""pages => { for (const [part, number] of Object.entries(pages))
         document.querySelector(`.book-toc-page[data-part="${part}"]`).textContent = number; }""",
                   {k: str(v) for k, v in pages.items()})
@@ -194,25 +202,36 @@ def print_twice(context, document: Path, parts: list[Part], paper: str):
 
 def build_pdf(edition: str = "full", out: Path | None = None, paper: str = "A4",
               only: list[int] | None = None, site_root: Path | None = None,
-              context=None) -> Path:
+              context=None, language: str = "en") -> Path:
     """Print the book (or, with `only`, those chapters between the front and back matter)
-    from the site built in `site_root` (default: the reader's, _build/ or _build/student/),
-    in the playwright browser `context` given or in a headless Chromium of its own."""
+    from the site built in `site_root` (default: the reader's, _build/ or _build/student/;
+    the Chinese edition's _build/zh/), in the playwright browser `context` given or in a
+    headless Chromium of its own."""
     # Both are needed: without them, stop here, before the site is built.
     import playwright.sync_api  # noqa: F401
     import pypdf  # noqa: F401
 
     start = time.perf_counter()
-    out = out or default_output(edition)
-    site = Site(site_root or (BUILD if edition == "full" else BUILD / "student"), edition)
-    if website.build(CHAPTERS, site) != 0:
+    out = out or default_output(edition, language)
+    if language != "en" and edition != "full":
+        raise SystemExit("the Chinese PDF has the full edition only, for now")
+    default_root = BUILD / language if language != "en" else BUILD if edition == "full" else BUILD / "student"
+    site = Site(site_root or default_root, edition, language)
+    notebooks = CHAPTERS
+    if language != "en":  # the edition's Chinese notebooks first (tools/i18n.py build)
+        from tools import i18n
+
+        i18n.build(out=site.root)
+        notebooks = site.root / "chapters"
+    if website.build(notebooks, site) != 0:
         raise SystemExit("make pdf: the website did not build")
     parts, document = write_document(site, edition, paper, only)
+    contents = cover_text(language)["contents"]
     try:
-        printed = print_book(context, document, parts, paper)
+        printed = print_book(context, document, parts, paper, contents)
     finally:
         shutil.rmtree(document.parent, ignore_errors=True)
-    writer = bind(*printed, edition)
+    writer = bind(*printed, edition, cover_text(language))
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("wb") as handle:
         writer.write(handle)
@@ -227,32 +246,35 @@ def write_document(site: Site, edition: str, paper: str, only: list[int] | None
                    ) -> tuple[list[Part], Path]:
     """The parts to print (every chapter, or those in `only`), and the print document
     written inside the site's HTML (_print/book.html), where its links and images work."""
-    chapters = [c for c in read_book(CHAPTERS) if not only or c.number in only]
+    book = read_book(CHAPTERS if site.language == "en" else site.root / "chapters")
+    chapters = [c for c in book if not only or c.number in only]
     if only and len(chapters) != len(set(only)):
-        raise SystemExit(f"--chapters {only}: no such chapter among {[c.number for c in read_book(CHAPTERS)]}")
+        raise SystemExit(f"--chapters {only}: no such chapter among {[c.number for c in book]}")
     keys = part_keys(chapters)
+    if site.language != "en":  # the back matter the edition has translated
+        keys = [key for key in keys if (site.html / f"{key}.html").exists()]
     parts = [read_part(site.html, key, set(keys)) for key in keys]
     folder = site.html / "_print"
     folder.mkdir(exist_ok=True)
     document = folder / "book.html"
-    document.write_text(print_document(parts, site.html / f"{keys[1]}.html", edition, paper),
-                        encoding="utf-8")
+    document.write_text(print_document(parts, site.html / f"{keys[1]}.html", edition, paper,
+                                       site.language), encoding="utf-8")
     return parts, document
 
 
-def print_book(context, document: Path, parts: list[Part], paper: str):
+def print_book(context, document: Path, parts: list[Part], paper: str, contents: str = "Contents"):
     """print_twice in the playwright browser `context`, or, when it is None, in a headless
     Chromium of its own (a fresh profile, removed afterwards)."""
     from playwright.sync_api import sync_playwright
 
     if context is not None:
-        return print_twice(context, document, parts, paper)
+        return print_twice(context, document, parts, paper, contents)
     profile = tempfile.mkdtemp(prefix="book-pdf-")
     try:
         with sync_playwright() as p:
             context = p.chromium.launch_persistent_context(
                 profile, executable_path=chromium(), headless=True, args=CHROMIUM_FLAGS)
-            printed = print_twice(context, document, parts, paper)
+            printed = print_twice(context, document, parts, paper, contents)
             context.close()
     finally:
         shutil.rmtree(profile, ignore_errors=True)
@@ -260,7 +282,7 @@ def print_book(context, document: Path, parts: list[Part], paper: str):
 
 
 def bind(first: bytes, contents: bytes, outline: list[tuple[int, str, int]],
-         pages: dict[str, int], headings: dict[str, str], edition: str):
+         pages: dict[str, int], headings: dict[str, str], edition: str, text: dict[str, str]):
     """The book as a pypdf writer: the contents' second printing in front of the rest of
     the first, with bookmarks for every part and section, and the document's metadata."""
     import io
@@ -278,7 +300,7 @@ def bind(first: bytes, contents: bytes, outline: list[tuple[int, str, int]],
         writer.add_page(pdf_page)
     # Bookmarks: each part, and the sections of each (the outline Chromium wrote).
     parents: dict[int, object] = {}
-    writer.add_outline_item(title="Contents", page_number=1)
+    writer.add_outline_item(title=text["contents"], page_number=1)
     for depth, title, number in outline:
         if number <= front or depth > 1:
             continue
@@ -286,7 +308,7 @@ def bind(first: bytes, contents: bytes, outline: list[tuple[int, str, int]],
         title = headings.get(re.sub(r"\s+", "", title), normalise(title))
         parents[depth] = writer.add_outline_item(title=title, page_number=number - 1,
                                                   parent=parent)
-    writer.add_metadata({"/Title": "Building a Transformer, step by step",
+    writer.add_metadata({"/Title": text["title"],
                          "/Subject": f"package transformer {package_version()}, {edition} edition",
                          "/Creator": "tools/pdf.py (Chromium, pypdf)"})
     return writer
@@ -298,11 +320,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="full: solutions after each exercise (default); student: none")
     parser.add_argument("--out", type=Path, default=None,
                         help="the PDF (default: _build/book.pdf, _build/book-student.pdf)")
+    parser.add_argument("--language", choices=LANGUAGES, default="en",
+                        help="zh: the Chinese edition's chapters and pages (tools/i18n.py)")
     parser.add_argument("--paper", choices=["A4", "Letter"], default="A4")
     parser.add_argument("--chapters", type=int, nargs="+", metavar="NN",
                         help="print only these chapters (with the front and back matter)")
     args = parser.parse_args(argv)
-    build_pdf(args.edition, args.out, args.paper, args.chapters)
+    build_pdf(args.edition, args.out, args.paper, args.chapters, language=args.language)
     return 0
 
 

@@ -96,14 +96,41 @@ def _down(src: str) -> str:
     return src if re.match(r"^([a-z]+:|/|#)", src) else "../" + src
 
 
-def front_matter(parts: list[Part], edition: str) -> str:
+# What the book's own pages say, in English; the Chinese edition's are in the build's
+# table (book/locale/zh_CN/LC_MESSAGES/build.po), each referencing this file.
+COVER = {
+    "title": "Building a Transformer, step by step",
+    "subtitle": "An encoder-decoder Transformer built one idea per chapter, in PyTorch",
+    "printed": "Package {package} version {version}; printed on {date} from the book's notebooks.",
+    "full": "Each exercise is followed by its solution.",
+    "student": "Student edition: the exercises without their solutions.",
+    "source": "Source: {source}.",
+    "no repository": "the <code>{distribution}</code> repository (no public address has been "
+                     "published yet)",
+    "contents": "Contents",
+}
+
+
+def cover_text(language: str = "en") -> dict[str, str]:
+    """COVER in the book's language: English as written, Chinese from the build's table
+    (a KeyError names a string it lacks)."""
+    if language == "en":
+        return dict(COVER)
+    from tools.i18n_catalogues import build_table
+
+    table = build_table()
+    return {key: table[english] for key, english in COVER.items()}
+
+
+def front_matter(parts: list[Part], edition: str, language: str = "en") -> str:
+    text = cover_text(language)
     built = datetime.now(UTC).strftime("%Y-%m-%d")
     repository = repository_url()
     source = (f'<a href="{html.escape(repository)}">{html.escape(repository)}</a>' if repository
-              else "the <code>transformer-book</code> repository (no public address has been "
-                   "published yet)")
-    solutions = ("Each exercise is followed by its solution." if edition == "full" else
-                 "Student edition: the exercises without their solutions.")
+              else text["no repository"].format(distribution="transformer-book"))
+    solutions = text[edition]
+    printed = text["printed"].format(package="<code>transformer</code>",
+                                     version=html.escape(package_version()), date=built)
     rows = "\n".join(
         f'<li class="book-toc-{"chapter" if p.key.startswith("chapters/") else "part"}">'
         f'<a href="#{p.anchor}"><span class="book-toc-title">{html.escape(p.title)}</span>'
@@ -112,15 +139,13 @@ def front_matter(parts: list[Part], edition: str) -> str:
         for p in parts)
     return f"""
 <section class="book-cover">
-  <p class="book-cover-title">Building a Transformer, step by step</p>
-  <p class="book-cover-subtitle">An encoder-decoder Transformer built one idea per chapter,
-  in PyTorch</p>
-  <p>Package <code>transformer</code> version {html.escape(package_version())};
-  printed on {built} from the book's notebooks.<br/>{solutions}</p>
-  <p>Source: {source}.</p>
+  <p class="book-cover-title">{text["title"]}</p>
+  <p class="book-cover-subtitle">{text["subtitle"]}</p>
+  <p>{printed}<br/>{solutions}</p>
+  <p>{text["source"].format(source=source)}</p>
 </section>
 <section class="book-toc" id="book-toc">
-  <h1 class="book-toc-heading">Contents</h1>
+  <h1 class="book-toc-heading">{text["contents"]}</h1>
   <ol>{rows}</ol>
 </section>
 """
@@ -154,12 +179,13 @@ details > summary::marker, details > summary::-webkit-details-marker { display: 
 """
 
 
-def print_document(parts: list[Part], base_page: Path, edition: str, paper: str) -> str:
+def print_document(parts: list[Part], base_page: Path, edition: str, paper: str,
+                   language: str = "en") -> str:
     """One HTML document: the head of a chapter page (styles, MathJax), every part in turn."""
     text = base_page.read_text(encoding="utf-8")
     found = ARTICLE.search(text)
     assert found, base_page
-    joined = front_matter(parts, edition) + "".join(
+    joined = front_matter(parts, edition, language) + "".join(
         f'<section class="book-part" id="{p.anchor}">{p.body}</section>' for p in parts)
     text = text[:found.start(1)] + joined + text[found.end(1):]
     style = f"<style>{PRINT_CSS % {'paper': paper}}</style>"
