@@ -175,11 +175,11 @@ lab: $(STAMP) ## JupyterLab on the repository (chapters/ and student/)
 
 # Never overwrites a copy a student has edited, unless FORCE=1. COURSE=dir: an nbgrader
 # course instead (dir/nbgrader_config.py and dir/source/NN_name/, every chapter).
-student: $(STAMP) ## student copies (solutions removed) in student/, FORCE=1 overwrites edited ones; COURSE=dir: an nbgrader course
+student: $(STAMP) ## student copies (solutions removed) in student/, FORCE=1 overwrites edited ones; LANGUAGE=zh: the Chinese edition's, in student-zh/; COURSE=dir: an nbgrader course
 ifdef COURSE
 	$(PY) -m tools.exercises course $(COURSE)
 else
-	$(PY) -m tools.exercises student $(if $(FORCE),--force)
+	$(PY) -m tools.exercises student $(if $(FORCE),--force) $(if $(LANGUAGE),--language $(LANGUAGE))
 endif
 
 # NB: a returned notebook or a folder of them (any names); OUT: the gradebook's folder
@@ -200,5 +200,5 @@ clean: ## remove .venv, _build and caches; STUDENT=1: also student/ and graded/ 
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 ifdef STUDENT
 	@echo "deleting student/ (student copies, and any work in them) and graded/ (gradebooks)"
-	rm -rf student graded
+	rm -rf student student-zh graded
 endif

@@ -649,3 +649,28 @@ def test_the_barrier_refuses_protected_paths_programs_and_the_c_library(tmp_path
                        "isolated": "refused", "environment": "refused", "system": "refused",
                        "libc": "refused", "libc.so.6": "refused", "pythonapi": "refused",
                        "child_ctypes": "allowed"}, (outcome, run.stderr[-2000:])
+
+
+def test_a_chinese_student_copy_is_graded_by_the_english_chapters_checks(tmp_path):
+    """`make student LANGUAGE=zh`: chapter 04's copy has the Chinese prose and the English
+    code; handed back solved it passes every check of the English chapter, handed back as
+    it was given it passes none (each 'not attempted')."""
+    from tools.i18n_catalogues import catalogue_path, load
+
+    assert exercises.main(["student", "chapters/04_causal_mask.py", "--language", "zh",
+                           "--out", str(tmp_path)]) == 0
+    copy = nbformat.read(tmp_path / "04_causal_mask.ipynb", as_version=4)
+    english = read_chapter(Path("chapters/04_causal_mask.ipynb").resolve())
+    title = load(catalogue_path("04_causal_mask"))[0].msgstr
+    assert any(title in cell.source for cell in copy.cells if cell.cell_type == "markdown")
+    solutions = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in english.notebook.cells
+                 if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"}
+    results = grading.grade(copy, english)
+    assert results and all("not attempted" in exercise_cells.in_student_terms(r.detail)
+                           for r in results if not r.manual)
+    for cell in copy.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in solutions:
+            cell.source = solutions[grade_id]
+    results = [r for r in grading.grade(copy, english) if not r.manual]
+    assert len(results) == len(english.checks) and all(r.passed for r in results), results

@@ -1,6 +1,6 @@
 """Exercises: student copies, grading, a student's self-check, and the proof that checks fail.
 
-    python -m tools.exercises student [CHAPTER ...] [--out student] [--force]
+    python -m tools.exercises student [CHAPTER ...] [--out student] [--force] [--language zh]
         write student copies: each solution region becomes `raise NotImplementedError`,
         hidden tests are removed, outputs cleared, the chapter's cells locked as nbgrader
         locks them; a copy that a student has edited is never overwritten without --force
@@ -81,6 +81,18 @@ def selected(paths: list[Path]) -> list[Chapter]:
     return [read_chapter(p.resolve().with_suffix(".ipynb")) for p in paths]
 
 
+def chinese_chapters(paths: list[Path]) -> list[Chapter]:
+    """The Chinese edition's chapters (those of `paths`, by name, or all it has), built from
+    the catalogues first (tools/i18n.py build, into _build/zh/chapters/). Their checks and
+    code are the English chapters', so a copy is graded against those."""
+    from tools import i18n
+    from tools.i18n_catalogues import BUILD
+
+    i18n.build()
+    wanted = {path.stem for path in paths}
+    return [c for c in read_book(BUILD / "chapters") if not wanted or c.name in wanted]
+
+
 def with_exercises(chapters: list[Chapter]) -> list[Chapter]:
     """The chapters that have exercises (an appendix has none: nothing to hand out)."""
     return [chapter for chapter in chapters if chapter.checks]
@@ -98,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     student.add_argument("--out", type=Path, default=ROOT / "student")
     student.add_argument("--force", action="store_true",
                          help="overwrite copies that a student has edited")
+    student.add_argument("--language", choices=["en", "zh"], default="en",
+                         help="zh: the Chinese edition's chapters (tools/i18n.py), into "
+                              "student-zh/ unless --out says otherwise")
     grader = commands.add_parser("grade", help="grade returned notebooks into a gradebook")
     grader.add_argument("paths", nargs="+", type=Path, metavar="PATH",
                         help="returned notebooks, or folders to search for *.ipynb")
@@ -155,7 +170,11 @@ def self_check(notebook: Path, explicit: Path | None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the command that `args` names; its exit status."""
     if args.command == "student":
-        return write_student_copies(with_exercises(selected(args.chapters)), args.out,
+        if args.language == "en":
+            return write_student_copies(with_exercises(selected(args.chapters)), args.out,
+                                        args.force)
+        return write_student_copies(with_exercises(chinese_chapters(args.chapters)),
+                                    ROOT / "student-zh" if args.out == ROOT / "student" else args.out,
                                     args.force)
     if args.command == "grade":
         return gradebook.main(args)
