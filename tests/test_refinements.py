@@ -218,11 +218,11 @@ def test_gqa_caches_the_grouped_heads_and_decodes_exactly_with_rope():
     gqa = GroupedQueryAttention(16, 4, num_kv_heads=2, positional=RotaryEmbedding(4, 20)).eval()
     x = torch.randn(2, 9, 16)
     full = gqa(x, x, x, causal_mask(9))[0]
-    for cache in (KVCache(9),):
-        pieces = [gqa(x[:, :4], x[:, :4], x[:, :4], causal_mask(4), cache=cache)[0]]
-        pieces += [gqa(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)[0] for t in range(4, 9)]
-        torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
-        assert cache["k"].shape == (2, 2, 9, 4)
+    cache = KVCache(9)
+    pieces = [gqa(x[:, :4], x[:, :4], x[:, :4], causal_mask(4), cache=cache)[0]]
+    pieces += [gqa(x[:, t:t + 1], x[:, t:t + 1], x[:, t:t + 1], cache=cache)[0] for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+    assert cache["k"].shape == (2, 2, 9, 4)
 
 
 # --- SwiGLU, through the decoder block's feed_forward hook (chapter 07) --------------------
@@ -246,10 +246,10 @@ def test_lm_kv_cache_gives_the_logits_of_a_full_pass_with_options(options):
     model = small_lm(**options)
     ids = torch.randint(4, 30, (2, 11))
     full = model(ids)
-    for caches in ([{"self": KVCache(11)} for _ in model.decoder.layers],):
-        pieces = [model(ids[:, :4], caches), model(ids[:, 4:7], caches, start=4)]
-        pieces += [model(ids[:, t:t + 1], caches, start=t) for t in range(7, 11)]
-        torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+    caches = [{"self": KVCache(11)} for _ in model.decoder.layers]
+    pieces = [model(ids[:, :4], caches), model(ids[:, 4:7], caches, start=4)]
+    pieces += [model(ids[:, t:t + 1], caches, start=t) for t in range(7, 11)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
 
 
 def test_generate_with_and_without_cache_agree_with_every_option():
