@@ -200,84 +200,8 @@ def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
 # Next, dropout: the sum goes through it before it enters the model. In training,
 # dropout zeroes each entry with probability $p$ and multiplies the survivors by
 # $1/(1-p)$, so that every entry keeps its expected value; in eval mode it does nothing.
-# PyTorch's `nn.Dropout` does exactly that, and the models of this book could use it as
-# it is. We write our own for speed alone. Dropout runs on every sublayer's output
-# (chapter 07), on the attention weights (chapter 05) and inside the feed-forward networks
-# (chapter 06), and on the CPU most of its time goes into the random draw: PyTorch draws a
-# random number for every entry, at a cost far above that of the multiply (section 5
-# measures both). Sixteen random bits per entry are plenty: the generator gives 64 at a
-# time, enough for four entries, and an entry is kept when its 16 bits, read as an
-# integer in $[-32768, 32767]$, are at least $-32768 + \operatorname{round}(65536\,p)$.
-# That rounds $p$ to a multiple of $1/65536$ ($0.1$ becomes $0.100006$); the survivors
-# are scaled by $1/(1-p')$, with $p'$ the rounded $p$, so the expected value is still exact.
-# On a GPU, PyTorch's dropout is one fused kernel, and `dropout` hands over to it, as it
-# does inside `torch.compile`, which generates its own.
-
-# %%
-#| export
-import torch.nn.functional as F
-
-
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Zero each entry of x with probability p and scale the others by 1 / (1 - p), in training.
-
-    F.dropout's computation with a cheaper draw on the CPU: 16 random bits per entry,
-    four from each 64-bit number of torch's default generator (torch.manual_seed repeats
-    them). An entry is kept when its bits, read as an int16, are at least
-    -32768 + round(65536 p): p is rounded to a multiple of 1/65536, and the kept entries
-    are scaled by 1 / (1 - the rounded p), so that each entry's mean is still x. On
-    other devices, and under torch.compile (which draws and fuses its own masks),
-    F.dropout runs instead.
-
-    Args:
-        x: a floating-point tensor, any shape.
-        p: the probability of zeroing an entry, in [0, 1).
-        training: False (eval mode) returns x itself, as does p == 0 (default True).
-
-    Returns:
-        x * keep / (1 - p), keep a random 0/1 mask of x's shape; x's shape and dtype.
-
-    Raises:
-        ValueError: p is not a number in [0, 1).
-        TypeError: x is not a floating-point tensor.
-    """
-    _check_float("p", p, 0.0, 1.0)
-    if not isinstance(x, Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise TypeError(f"x must be a floating-point tensor, got {got}")
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or torch.compiler.is_compiling():
-        return F.dropout(x, p, training=True)
-    dropped = round(p * 65536)  # of the 65536 values 16 bits can take, this many drop an entry
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-2**63, None)  # 64 random bits each
-    bits = words.view(torch.int16)[: x.numel()].view(x.shape)  # 16 bits per entry, in [-32768, 32767]
-    # keep: 1.0 with probability 1 - dropped / 65536, else 0.0. Compared in float32 (exact
-    # for 16-bit integers) and in place: on the CPU that is several times faster than
-    # building a bool tensor and converting it.
-    keep = bits.to(torch.float32).ge_(dropped - 32768)  # [x.shape]
-    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - dropped / 65536))  # each entry: 0 or x / (1 - p)
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout that draws its mask with `dropout` (the same distribution, drawn faster on the CPU).
-
-    Args:
-        p: the probability of zeroing an entry, in [0, 1) (default 0.5, as nn.Dropout).
-
-    Raises:
-        ValueError: p is not a number in [0, 1).
-    """
-
-    def __init__(self, p: float = 0.5):
-        super().__init__(_check_float("p", p, 0.0, 1.0))
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x [any shape] -> dropout(x, self.p, self.training), same shape."""
-        return dropout(x, self.p, self.training)
-
-
-# %% [markdown]
+# PyTorch's `nn.Dropout` does exactly that, and every layer of this book uses it.
+#
 # Then the module. It computes the table once, for positions `0 .. max_len-1`, and keeps it
 # as a **non-persistent buffer**: a buffer because it is part of the module's state (it
 # follows `.to(device)` and `.half()`) but is not a parameter (nothing trains it); and
@@ -326,7 +250,7 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         _check_int("d_model", d_model)
         _check_int("max_len", max_len)
-        self.dropout = Dropout(_check_float("dropout", dropout, 0.0, 1.0))
+        self.dropout = nn.Dropout(_check_float("dropout", dropout, 0.0, 1.0))
         self.d_model, self.max_len = d_model, max_len
         # sinusoidal_encoding refuses an odd d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # [max_len, d_model]
@@ -539,52 +463,6 @@ print(f"training mode: fraction of entries dropped {dropped.float().mean().item(
       f"survivors scaled by {kept.mean().item():.4f} (1/(1-p) = {1 / 0.9:.4f})")
 assert torch.allclose(kept, torch.full_like(kept, 1 / 0.9))
 _ = positional.eval()
-
-# %% [markdown]
-# **Our `dropout` and PyTorch's draw from the same law.** On a million entries each drops
-# about a tenth (five standard deviations of the count allow 0.1 ± 0.0015), keeps the mean
-# at 1, scales every survivor by $1/(1-p)$ (ours by that of the rounded $p$, which differs
-# in the sixth decimal) and passes back the gradient mask times scale, which for an input of
-# ones is the output itself.
-
-# %%
-ones = torch.ones(1000, 1000, requires_grad=True)  # [1000, 1000]
-for name, fn in (("F.dropout", F.dropout), ("dropout  ", dropout)):
-    out = fn(ones, 0.1)  # [1000, 1000]
-    out.sum().backward()
-    rate, mean = (out == 0).float().mean().item(), out.mean().item()
-    survivors = out[out != 0].unique().tolist()
-    print(f"{name}: dropped {rate:.3f}, mean {mean:.3f}, survivors {survivors}, "
-          f"gradient = output: {torch.equal(ones.grad, out.detach())}")
-    assert abs(rate - 0.1) < 0.0015 and abs(mean - 1) < 0.0017 and len(survivors) == 1
-    assert abs(survivors[0] - 1 / 0.9) < 1e-5 and torch.equal(ones.grad, out.detach())
-    ones.grad = None
-
-# %% [markdown]
-# And what each costs on the attention weights of a batch (8 sentences, 8 heads, 128 by 128
-# positions: a million entries), the best of 20 runs. The times depend on the machine, so
-# nbval ignores them; on the book's 2-core machine PyTorch's draw alone takes several times
-# what our whole `dropout` takes.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-import time
-
-
-def best_ms(fn, repeats: int = 20) -> float:
-    """The fastest of `repeats` calls of fn, in milliseconds."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * min(times)
-
-
-weights = torch.rand(8, 8, 128, 128)  # [batch, heads, query, key]
-print(f"F.dropout {best_ms(lambda: F.dropout(weights, 0.1)):.1f} ms "
-      f"(its draw, bernoulli_, {best_ms(lambda: torch.empty_like(weights).bernoulli_(0.9)):.1f} ms); "
-      f"dropout {best_ms(lambda: dropout(weights, 0.1)):.1f} ms; one multiply {best_ms(lambda: weights * weights):.1f} ms")
 
 # %% [markdown]
 # **The `start` hook.** Adding positions `start .. start+T-1` to a short piece equals adding
@@ -1041,8 +919,4 @@ print("ex4-offset-similarity passed")
 #   `forward(x, start=0)` for step-by-step generation, and raises a clear error for an odd
 #   `d_model`, an input that is not `[batch, seq, d_model]`, or positions past `max_len`.
 #   `transformer.sinusoidal_encoding(length, d_model, start=0)` gives the table itself.
-# * `transformer.Dropout(p)` (an `nn.Dropout`) and `transformer.positional.dropout(x, p,
-#   training)` are the dropout of every later layer: `F.dropout`'s distribution, with $p$
-#   rounded to a multiple of $1/65536$, drawn from 16 random bits per entry, several times
-#   faster on the CPU; on a GPU and under `torch.compile` they call `F.dropout`.
 # * Next: let positions read each other, with attention (chapter 03).

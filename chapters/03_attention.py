@@ -149,6 +149,8 @@ def attention_v0(q, k, v):
 #   many heads `[B, heads, T, d_k]` in chapter 05.
 # * `dropout_p` (dropout on the weights, used when training, chapter 05) and `scale`
 #   (default $1/\sqrt{d_k}$; section 6 sets it to 1 to show what goes wrong without it).
+# * **the weights on their own**: the first two steps are a function of their own,
+#   `scaled_dot_product_weights(q, k, mask, scale)`, which chapter 05 calls directly.
 # * **one line of input checks**, defined in the next cell, so that a mistake fails with a
 #   message that names the argument instead of a matmul error deep inside.
 
@@ -157,10 +159,10 @@ def attention_v0(q, k, v):
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.embedding import _check_bool, _check_float, _check_int
-from transformer.positional import dropout
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -190,7 +192,28 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         ValueError: the shapes do not fit, the mask does not broadcast, or dropout_p or
             scale is out of range.
     """
-    mask = _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
+    _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
+    weights = scaled_dot_product_weights(q, k, mask, scale)  # [..., q_len, k_len]
+    if dropout_p > 0.0:  # in training: zero some weights, scale the others (chapter 02)
+        weights = F.dropout(weights, dropout_p)
+    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+
+
+def scaled_dot_product_weights(q: Tensor, k: Tensor, mask: Tensor | None = None,
+                               scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale) with the hidden keys at 0: how much each query reads each key.
+
+    Args:
+        q, k, mask, scale: as in scaled_dot_product_attention.
+
+    Returns:
+        weights [..., q_len, k_len]; each row sums to 1, or is all zero where the mask
+        hides every key.
+
+    Raises:
+        TypeError, ValueError: as scaled_dot_product_attention.
+    """
+    mask = _check_attention_args(q, k, None, mask, 0.0, scale)
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1))
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
@@ -199,9 +222,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     weights = scores.softmax(dim=-1)  # each row sums to 1
     if mask is not None:  # a row that may see nothing: zeros, not an average (chapter 04)
         weights = weights.masked_fill(~mask, 0.0)
-    if dropout_p > 0.0:
-        weights = dropout(weights, dropout_p)  # chapter 02's dropout
-    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+    return weights
 
 
 # %% [markdown]
@@ -210,10 +231,11 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
 # %%
 #| export
-def _check_attention_args(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+def _check_attention_args(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None,
                           dropout_p: float, scale: float | None) -> Tensor | None:
-    """Raise a clear error unless the arguments fit; return the mask (None, or checked)."""
-    _check_qkv(q, k, v)
+    """Raise a clear error unless the arguments fit (v None: for the weights alone); return
+    the mask (None, or checked)."""
+    _check_qkv(q, k, k if v is None else v)
     _check_float("dropout_p", dropout_p, 0.0, 1.0)
     if scale is not None:
         _check_float("scale", scale, 0.0, low_closed=False)
@@ -1032,5 +1054,6 @@ print("ex4 passed")
 #   as two matrix products whatever the length, at the price of work and memory that grow
 #   with the square of the length ($4n^2d$ operations against the recurrence's $2nd^2$).
 # * Exported: `scaled_dot_product_attention(q, k, v, mask=None, dropout_p=0.0, scale=None)`
-#   returning `(output, weights)`: scores, mask, softmax, weights @ v; and
+#   returning `(output, weights)`: scores, mask, softmax, weights @ v; its first steps
+#   alone, `scaled_dot_product_weights(q, k, mask=None, scale=None)`; and
 #   `SingleHeadSelfAttention`. The `mask` (True = may attend) is chapter 04's.

@@ -190,16 +190,11 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         TypeError: a mask is not a bool tensor.
         ValueError: the masks do not broadcast together.
     """
-    result = None
-    for i, m in enumerate(masks):
-        if m is None:
-            continue
-        if not isinstance(m, Tensor) or m.dtype != torch.bool:
-            got = f"has dtype {m.dtype}" if isinstance(m, Tensor) else f"is a {type(m).__name__}"
-            raise TypeError(f"masks must be bool tensors (True = may attend); mask {i} {got}")
-        if result is None:
-            result = m
-            continue
+    given = [(i, _bool_mask(m, i)) for i, m in enumerate(masks) if m is not None]
+    if not given:
+        return None
+    result = given[0][1]
+    for i, m in given[1:]:
         try:
             result = result & m  # broadcasting AND: blocked in any mask -> blocked
         except RuntimeError:
@@ -210,9 +205,18 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     return result
 
 
+def _bool_mask(m: Tensor, i: int) -> Tensor:
+    """m, refused with a clear error unless it is a bool tensor (i: its place among the masks)."""
+    if not isinstance(m, Tensor) or m.dtype != torch.bool:
+        got = f"has dtype {m.dtype}" if isinstance(m, Tensor) else f"is a {type(m).__name__}"
+        raise TypeError(f"masks must be bool tensors (True = may attend); mask {i} {got}")
+    return m
+
+
 # %% [markdown]
 # The masked path itself lives in **one** place, chapter 03's
-# `scaled_dot_product_attention`. Its two masked lines are what this chapter is about:
+# `scaled_dot_product_weights`, which `scaled_dot_product_attention` calls. Its two masked
+# lines are what this chapter is about:
 #
 # ```python
 # scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)  # hidden: the lowest score

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.attention import SingleHeadSelfAttention
+from transformer.attention import SingleHeadSelfAttention, scaled_dot_product_attention
 from transformer.masks import causal_mask, padding_mask
 from transformer.positional import PositionalEncoding
 
@@ -256,11 +256,12 @@ def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name:
 # and `out_proj` (`out_proj` is `torch.nn.MultiheadAttention`'s own name; the other three
 # echo its `q_proj_weight`, `k_proj_weight` and `v_proj_weight`).
 # Attention itself is not rewritten here: `forward` calls chapter 03's
-# `scaled_dot_product_attention`, which owns the scaling, the masking (chapter 04's
-# convention: **True = may attend**, the opposite of `torch.nn.MultiheadAttention`), the
-# guarantee that a query with nothing to attend to gets zeros, and dropout on the
-# weights. As in `torch.nn.MultiheadAttention`, the module's `dropout` is applied to the
-# attention weights, and only in training mode.
+# `scaled_dot_product_weights`, which owns the scaling, the masking (chapter 04's
+# convention: **True = may attend**, the opposite of `torch.nn.MultiheadAttention`) and the
+# guarantee that a query with nothing to attend to gets zeros, and multiplies its weights
+# by the values, as chapter 03's `scaled_dot_product_attention` does. In between, as in
+# `torch.nn.MultiheadAttention`, the module's dropout (an `nn.Dropout`) acts on the
+# attention weights, in training mode only.
 # Also as there, `forward` returns the weights unless told `need_weights=False`; then it
 # returns `None` for them and may take a faster path that never stores them (chapter 07's
 # blocks do that, since nothing reads the weights inside a model).
@@ -299,9 +300,8 @@ import math
 
 from torch.nn import functional as F
 
-from transformer.attention import _check_attention_args, scaled_dot_product_attention
+from transformer.attention import _check_attention_args, scaled_dot_product_weights
 from transformer.embedding import _check_bool, _check_float, _check_int
-from transformer.positional import Dropout
 
 
 def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
@@ -365,7 +365,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O mixes the heads
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the attention weights
 
     def split_heads(self, x: Tensor) -> Tensor:
         """Cut the last axis into heads of d_head features: a view, no copy.
@@ -504,8 +504,8 @@ class MultiHeadAttention(nn.Module):
             return fused_attention(q, k, v, mask, dropout_p, is_causal), None
         if is_causal:
             mask = _and_causal(mask, q.size(-2), q.device)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
-        return out, (weights if need_weights else None)
+        weights = self.dropout(scaled_dot_product_weights(q, k, mask))  # [B, h, Tq, Tk]
+        return weights @ v, (weights if need_weights else None)  # [B, h, Tq, d_head]
 
 
 # %% [markdown]

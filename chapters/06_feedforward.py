@@ -138,7 +138,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.embedding import _check_float, _check_int
-from transformer.positional import Dropout
 
 ACTIVATIONS = ("relu", "gelu")
 
@@ -171,7 +170,7 @@ class FeedForward(nn.Module):
         self.d_model, self.d_ff, self.activation_name = d_model, d_ff, activation
         self.linear1 = nn.Linear(d_model, d_ff)  # widen: W_1, b_1
         self.linear2 = nn.Linear(d_ff, d_model)  # narrow back: W_2, b_2
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         functions: dict[str, Callable[..., Tensor]] = {"relu": F.relu, "gelu": F.gelu}
         self.activation = functions[activation]
 

@@ -35,10 +35,6 @@
 
 # %%
 
-import statistics
-import time
-import warnings
-
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -320,15 +316,13 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 # %%
 #| export
 from collections.abc import Callable
-from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
-from transformer.multihead import KeyValueCache, MultiHeadAttention, _check_mask_axes
-from transformer.positional import Dropout
+from transformer.multihead import KeyValueCache, MultiHeadAttention
 
 
 def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
@@ -399,40 +393,34 @@ class EncoderBlock(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model)
-        self.dropout1 = Dropout(dropout)  # residual dropout on each sublayer's output
-        self.dropout2 = Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)  # residual dropout on each sublayer's output
+        self.dropout2 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, real: Tensor | None = None) -> Tensor:
-        if real is not None:  # x holds the real positions only (the faster path, below)
-            return self.dropout1(self_attention_at(self.self_attn, x, real, mask))  # [N, d_model]
+    def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
         # nobody reads the weights here, so attention may take its fused path (chapter 05)
         return self.dropout1(self.self_attn(x, x, x, mask, need_weights=False)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout2(self.ffn(x))  # [B, S, d_model], or packed [N, d_model]: position-wise
+        return self.dropout2(self.ffn(x))  # [B, S, d_model]
 
-    def forward(self, x: Tensor, src_mask: Tensor | None = None, real: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """One encoder layer.
 
         Args:
-            x: [batch, src_len, d_model]; with real, [N, d_model] instead: the N positions
-                where real is True, sentence after sentence (the faster path, below).
+            x: [batch, src_len, d_model].
             src_mask: optional bool, True = may attend, broadcastable to
                 [batch, heads, src_len, src_len] (usually the padding mask [batch, 1, 1, src_len]).
-            real: optional bool [batch, src_len], True at the real (not padding)
-                positions; only Encoder passes it (default None: x is the whole grid).
 
         Returns:
-            [batch, src_len, d_model] (with real: [N, d_model]).
+            [batch, src_len, d_model].
 
         Raises:
             ValueError: x or src_mask has the wrong shape.
             TypeError: x's dtype differs from the weights', or src_mask is not bool.
         """
-        if real is None:  # Encoder checks the stream of the faster path
-            _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
-        x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, src_mask, real), self.norm_first)
+        _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
+        x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, src_mask), self.norm_first)
         return sublayer_connection(x, self.norm2, self._ff_block, self.norm_first)
 
 
@@ -535,9 +523,9 @@ class DecoderBlock(nn.Module):
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model) if cross_attention else None
         self.norm3 = _make_norm(norm, d_model)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout) if cross_attention else None
-        self.dropout3 = Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout) if cross_attention else None
+        self.dropout3 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: KeyValueCache | None = None,
@@ -647,31 +635,21 @@ class Encoder(nn.Module):
         )
         self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, src_mask: Tensor | None = None, real: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Run every block.
 
         Args:
             x: [batch, src_len, d_model].
             src_mask: optional bool, True = may attend, broadcastable to
                 [batch, heads, src_len, src_len].
-            real: optional bool [batch, src_len], True at the real (not padding) positions,
-                the ones src_mask lets the others see. In eval mode the blocks then compute
-                those positions only (skip_padding, below); the memory is the same there
-                and zero at the padding, as torch.nn.TransformerEncoder's (default None:
-                every position is computed).
 
         Returns:
             memory [batch, src_len, d_model].
 
         Raises:
-            ValueError: real is not bool [batch, src_len], or a shape does not fit.
+            ValueError: a shape does not fit.
             TypeError: x's dtype differs from the weights', or src_mask is not bool.
         """
-        if real is not None and skip_padding(self, x, src_mask, real):
-            rows = x[real]  # [N, d_model]: the real positions, sentence after sentence
-            for layer in self.layers:
-                rows = layer(rows, src_mask, real)
-            return on_grid(self.norm(rows), real)  # [batch, src_len, d_model], zero at the padding
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
@@ -728,104 +706,6 @@ class Decoder(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i], tgt_is_causal)
         return self.norm(x)
-
-
-# %% [markdown]
-# ### Skipping the padding
-#
-# A batch holds sentences of different lengths, padded to the longest (chapter 04). The
-# mask keeps every real token from reading the padding, yet the encoder still *computes*
-# a vector at each padded position: the projections, the feed-forward network and the
-# norms run on every row of `[batch, src_len, d_model]`, and the decoder then masks those
-# rows out. In a batch whose sentences are on average three quarters as long as the
-# longest, a quarter of that work is thrown away.
-#
-# Every part of a block except attention treats each position on its own. So those parts
-# can run on the real positions only, packed one sentence after another into a
-# `[N, d_model]` matrix (`x[real]`, where `real` is True at the real positions), and the
-# grid is needed only inside attention: the queries, keys and values are projected from
-# the N real rows, laid on the `[batch, src_len]` grid with zeros at the padding
-# (`on_grid`), attended to exactly as in chapter 05, and picked back at the real positions
-# before the output projection (`self_attention_at`). The block's code barely changes:
-# `EncoderBlock.forward` takes the packed rows and `real`, and only its self-attention
-# sublayer looks at the layout. The memory is the same at the real
-# positions and zero at the padding, which is what `torch.nn.TransformerEncoder` returns
-# there too: it does the same in eval mode, with what PyTorch calls nested tensors.
-#
-# `Encoder.forward` takes this path when it is told where the padding is (`real`; chapter
-# 08's model passes it) and it is in eval mode (`skip_padding` decides). In training it
-# keeps the plain path: the packed path would draw its dropout masks for other entries, so
-# that a seed would no longer train the model that chapter 09 trains and ships, bit for
-# bit. Section 5 checks that both paths agree and times them. It also keeps the plain
-# path under `torch.compile` and `torch.export`, which trace one graph for every batch,
-# while the number of rows of `x[real]` depends on the data; and when a hook is registered
-# on a block or on its attention module: the faster path never calls an attention module
-# and hands each block packed rows, so a hook would silently not fire, or read
-# `[N, d_model]` where it expects `[batch, src_len, d_model]`.
-
-# %%
-#| export
-def on_grid(rows: Tensor, real: Tensor) -> Tensor:
-    """Lay packed rows back on the [batch, src_len] grid: the inverse of x[real].
-
-    Args:
-        rows: [N, ...], the positions where real is True, sentence after sentence.
-        real: bool [batch, src_len] with N True entries.
-
-    Returns:
-        [batch, src_len, ...]: rows at the real positions, zeros at the others.
-    """
-    grid = rows.new_zeros(*real.shape, *rows.shape[1:])
-    grid[real] = rows
-    return grid
-
-
-def self_attention_at(attn: MultiHeadAttention, rows: Tensor, real: Tensor, mask: Tensor | None) -> Tensor:
-    """attn(x, x, x, mask)[0][real], computed from the real rows alone.
-
-    Args:
-        attn: the block's self-attention (chapter 05).
-        rows: [N, d_model], x[real] for a batch x [batch, src_len, d_model].
-        real: bool [batch, src_len], True at those N positions.
-        mask: optional bool, True = may attend, broadcastable to [batch, heads, src_len, src_len].
-
-    Returns:
-        [N, d_model].
-    """
-    # projections of the N real rows only, then on the grid for attention: [B, h, S, d_head] each
-    q, k, v = (attn.split_heads(on_grid(t, real)) for t in attn.project(rows, rows, rows))
-    out, _ = attn.attend(q, k, v, mask, need_weights=False)  # [B, h, S, d_head]
-    return attn.out_proj(out.transpose(1, 2)[real].flatten(1))  # [N, h, d_head] -> [N, d_model]
-
-
-def skip_padding(encoder: Encoder, x: Tensor, mask: Tensor | None, real: Tensor) -> bool:
-    """Check x and real, and say whether the encoder may compute the real positions only.
-
-    Args:
-        encoder: the Encoder.
-        x: its input [batch, src_len, d_model].
-        mask: its src_mask.
-        real: bool [batch, src_len], True at the real positions.
-
-    Returns:
-        True in eval mode, outside torch.compile and torch.export, and when no block of
-        the encoder and no attention module in one has a hook.
-
-    Raises:
-        ValueError: x or real has the wrong shape, or real is not bool.
-        TypeError: x's dtype differs from the weights'.
-    """
-    attentions = [cast(EncoderBlock, layer).self_attn for layer in encoder.layers]
-    _check_stream(x, attentions[0].d_model, "x", attentions[0].out_proj.weight.dtype)
-    if not isinstance(real, Tensor) or real.dtype != torch.bool or real.shape != x.shape[:2]:
-        got = f"{real.dtype} {tuple(real.shape)}" if isinstance(real, Tensor) else type(real).__name__
-        raise ValueError(f"real must be a bool tensor [batch, src_len] = {list(x.shape[:2])}, "
-                         f"True at the real positions, got {got}")
-    _check_mask_axes(mask, x.size(0), attentions[0].num_heads, x.size(1), "src_mask")
-    # a hook expects the module to be called, on the [batch, src_len, d_model] grid
-    modules = [*encoder.layers, *attentions]
-    hooked = any(m._forward_hooks or m._forward_pre_hooks for m in modules)
-    return not (encoder.training or torch.compiler.is_compiling() or hooked)
 
 
 # %% [markdown]
@@ -1021,68 +901,6 @@ for norm_first in (False, True):
     diff = (ours_out - torch_out).abs().max().item()
     print(f"norm_first={norm_first!s:5}  max |ours - nn.TransformerEncoderLayer| < 1e-5: {diff < 1e-5}")
     assert diff < 1e-5
-
-# %% [markdown]
-# Section 3's faster path must compute what the plain path computes. We encode a batch of
-# 16 sentences whose lengths are spread between half the padded length and all of it (the
-# layout of chapter 14's benchmark; here a fifth of the positions are padding) both ways, and
-# with `torch.nn.TransformerEncoder` holding the same weights, in eval mode, where it
-# skips the padding through its nested tensors.
-
-# %%
-torch.manual_seed(0)
-stack = Encoder(3, d_model, num_heads, d_ff).eval()
-lengths = torch.randint(16, 33, (16,))  # 16 sentences of 16 to 32 tokens
-real = torch.arange(32)[None, :] < lengths[:, None]  # [16, 32]: True at the real positions
-x_batch = torch.randn(16, 32, d_model)
-with torch.no_grad():
-    plain = stack(x_batch, real[:, None, None, :])  # every position computed
-    packed = stack(x_batch, real[:, None, None, :], real)  # the real positions only
-    ref_stack = nn.TransformerEncoder(to_torch_encoder_layer(stack.layers[0]), 3).eval()
-    ref_stack.layers = nn.ModuleList(to_torch_encoder_layer(layer) for layer in stack.layers)
-    with warnings.catch_warnings():  # PyTorch calls its nested tensors a prototype
-        warnings.simplefilter("ignore", UserWarning)
-        torch_out = ref_stack(x_batch, src_key_padding_mask=~real)  # nested tensors inside
-print(f"real positions: {real.sum().item()} of {real.numel()}")
-print(f"plain vs packed at the real positions, max |difference|: {(plain - packed)[real].abs().max():.1e}")
-print("packed memory at the padding is zero:", bool((packed[~real] == 0).all()))
-print(f"packed vs nn.TransformerEncoder everywhere, max |difference| < 1e-5: "
-      f"{(packed - torch_out).abs().max() < 1e-5}")
-
-# %%
-assert torch.allclose(plain[real], packed[real], atol=1e-6)  # the same memory where it is read
-assert torch.equal(packed[~real], torch.zeros_like(packed[~real]))
-assert torch.allclose(packed, torch_out, atol=1e-5)  # PyTorch's encoder skips the padding too
-stack.train()  # training keeps the plain path: the same dropout masks from the same seed
-torch.manual_seed(1)
-trained_plain = stack(x_batch, real[:, None, None, :])
-torch.manual_seed(1)
-trained_real = stack(x_batch, real[:, None, None, :], real)
-stack.eval()
-assert torch.equal(trained_plain, trained_real)
-
-# %% [markdown]
-# The memory is the same where the decoder reads it, and PyTorch's encoder agrees with ours
-# everywhere, padding included. What the packed path saves, timed on this machine at
-# chapter 14's size (3 layers of width 256, 8 heads, d_ff 1024; 32 sentences of 32 to 64
-# tokens), the two paths taking turns (the figures vary from run to run):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-torch.manual_seed(0)
-wide = Encoder(3, 256, 8, 1024).eval()
-wide_real = torch.arange(64)[None, :] < torch.randint(32, 65, (32,))[:, None]  # [32, 64]
-wide_x, wide_keep = torch.randn(32, 64, 256), wide_real[:, None, None, :]
-times: dict[bool, list[float]] = {False: [], True: []}
-with torch.no_grad():
-    for _ in range(10):
-        for skip in (False, True):
-            start = time.perf_counter()
-            wide(wide_x, wide_keep, wide_real if skip else None)
-            times[skip].append(1000 * (time.perf_counter() - start))
-plain_ms, packed_ms = (statistics.median(times[skip]) for skip in (False, True))
-print(f"every position {plain_ms:.1f} ms, real positions only {packed_ms:.1f} ms: "
-      f"{packed_ms / plain_ms:.2f} of the time, for {wide_real.float().mean():.0%} of the positions")
 
 # %% [markdown]
 # ## 6 · Post-LN or Pre-LN? Gradients at initialisation
@@ -1550,8 +1368,3 @@ print("ex4 passed")
 #   cross-attention on the memory + FFN; `Encoder` and `Decoder` stack them. They
 #   match `torch.nn.TransformerEncoderLayer` / `TransformerDecoderLayer` weight for
 #   weight. The `cache` arguments are the hooks for chapter 10's fast generation.
-# * Only attention needs the `[batch, src_len]` grid; everything else in a block treats
-#   each position on its own. Told where the padding is (`real`), the encoder in eval
-#   mode computes the real positions only, packed into `[N, d_model]`, and returns zeros
-#   at the padding, as `torch.nn.TransformerEncoder` does: the same memory where it is
-#   read, in less time (section 5 times it).

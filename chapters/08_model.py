@@ -451,12 +451,10 @@ class Transformer(PretrainedModel):
         Args:
             src: source ids [B, S], integers in [0, src_vocab_size).
             src_mask: optional bool [B, 1, 1, S] (True = may attend); default
-                make_src_mask(src), and then, in eval mode, the encoder computes the real
-                positions only (chapter 07's skip_padding).
+                make_src_mask(src).
 
         Returns:
-            memory [B, S, d_model]; without src_mask, in eval mode, zero at the padding
-            (as torch.nn.Transformer's encoder returns it).
+            memory [B, S, d_model].
 
         Raises:
             TypeError: src is not an integer tensor, or src_mask not bool.
@@ -466,10 +464,9 @@ class Transformer(PretrainedModel):
         """
         self._check_ids(src, "src")
         self._check_mask(src_mask, "src_mask", (src.size(0), 1, src.size(1), src.size(1)))
-        real = None
-        if src_mask is None:  # the padding is where pad_id is: the encoder may skip it (chapter 07)
-            src_mask, real = self.make_src_mask(src), src != self.pad_id  # [B, 1, 1, S], [B, S]
-        return self.encoder(self.positional(self.src_embed(src)), src_mask, real)  # [B, S, d_model]
+        if src_mask is None:  # the padding is where pad_id is
+            src_mask = self.make_src_mask(src)  # [B, 1, 1, S]
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)  # [B, S, d_model]
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, caches: list[dict] | None = None,
@@ -842,8 +839,8 @@ with torch.no_grad():
              ("logits", logits)]
     for name, t in trace:
         print(f"{name:26s} {str(list(t.shape)):15s} {t.dtype}")
-    # the same as forward, up to float rounding: forward's encoder skips the padding (chapter 07)
-    assert torch.allclose(logits, demo(demo_src, demo_tgt), atol=1e-5, rtol=0)
+    # the same as forward, whose steps the trace ran one at a time
+    assert torch.equal(logits, demo(demo_src, demo_tgt))
 print("parameters:", f"{count_parameters(demo):,}")
 
 # %% [markdown]

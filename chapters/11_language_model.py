@@ -1007,7 +1007,7 @@ from transformer.embedding import TokenEmbedding
 from transformer.feedforward import FeedForward
 from transformer.model import PretrainedModel, _check_special_ids
 from transformer.multihead import MultiHeadAttention
-from transformer.positional import Dropout, PositionalEncoding
+from transformer.positional import PositionalEncoding
 
 # What each name of a LanguageModel option builds. Chapter 13 adds its refinements.
 # positions: None for chapter 02's encoding added to the embeddings, else a function
@@ -1086,7 +1086,7 @@ class LanguageModel(PretrainedModel):
         # Added positions: the encoding, then dropout. Positions inside attention: the
         # embeddings only get their dropout, and one module turns every layer's q and k.
         self.positional = PositionalEncoding(d_model, max_len, dropout) if in_attention is None else None
-        self.embed_dropout = Dropout(dropout) if in_attention is not None else None
+        self.embed_dropout = nn.Dropout(dropout) if in_attention is not None else None
         attention_options = {}
         if in_attention is not None:
             attention_options["positional"] = in_attention(d_model // num_heads, max_len)

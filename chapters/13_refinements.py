@@ -231,7 +231,7 @@ from torch import Tensor, nn
 
 from transformer.embedding import _check_float, _check_int
 from transformer.multihead import MultiHeadAttention
-from transformer.positional import Dropout, sinusoidal_encoding
+from transformer.positional import sinusoidal_encoding
 
 
 class RotaryEmbedding(nn.Module):
@@ -389,7 +389,7 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(d_model, d_ff, bias=False)  # W_gate: through SiLU
         self.up_proj = nn.Linear(d_model, d_ff, bias=False)  # W_up: linear
         self.down_proj = nn.Linear(d_ff, d_model, bias=False)  # W_down: back to d_model
-        self.dropout = Dropout(_check_float("dropout", dropout, 0.0, 1.0))
+        self.dropout = nn.Dropout(_check_float("dropout", dropout, 0.0, 1.0))
 
     def forward(self, x: Tensor) -> Tensor:
         """x [..., d_model] -> [..., d_model], each position alone."""

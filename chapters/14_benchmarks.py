@@ -16,23 +16,28 @@
 # ---
 
 # %% [markdown]
-# # 14 · Appendix: Benchmarks
+# # 14 · Appendix: Making it fast
 #
-# How fast is the book's model, measured against what the machine can do and against
-# PyTorch's own `torch.nn.Transformer`? This appendix measures, on the machine that runs
-# it:
+# The chapters build every layer in its plainest correct form. This appendix holds the
+# book's speed paths, each proven equal to the plain path and measured against it, and
+# then measures the whole model against what the machine can do and against the
+# libraries a user would pick instead. On the machine that runs it:
 #
 # 1. the machine itself (processor, cores, PyTorch's threads);
-# 2. a speed path of the book's own, PyTorch's fused attention kernel, proven equal to
-#    chapter 03's attention and measured against it;
-# 3. a training step and an evaluation forward pass of our model against
+# 2. how we time;
+# 3. PyTorch's fused attention kernel, proven equal to chapter 03's attention and
+#    measured against it;
+# 4. dropout drawn from 16 random bits;
+# 5. an encoder that skips the padding in eval mode;
+# 6. `speed_up(model)`, which puts both in a model in one call;
+# 7. a training step and an evaluation forward pass of our model against
 #    `torch.nn.Transformer` of the same size, as ratios;
-# 4. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
+# 8. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
 #    step reaches: its **model FLOPs utilisation** (MFU);
-# 5. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
+# 9. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
 #    batch 1 each new token must read every weight of the decoder once, so no
 #    implementation can go faster than bandwidth / bytes of weights;
-# 6. chapter 11's language model and chapter 08's translator against Hugging Face's
+# 10. chapter 11's language model and chapter 08's translator against Hugging Face's
 #    `transformers` at the same sizes, as ratios.
 #
 # Timings depend on the machine and on whatever else it runs, so every number below sits
@@ -113,7 +118,7 @@ print(f"load     {os.getloadavg()[0]:.1f} (1-minute average of runnable processe
 # ## 2 · How we time
 #
 # `interleaved` runs each function once per round, in turn, after a warm-up, and keeps
-# the CPU seconds of every call (or the wall-clock seconds, when asked: section 7); the
+# the CPU seconds of every call (or the wall-clock seconds, when asked: section 10); the
 # **median** over rounds is the figure we use (half the runs were slower, half faster,
 # so one disturbed run does not move it).
 
@@ -263,7 +268,433 @@ assert attention_times["fused"] < attention_times["plain"]  # the fused kernel i
 # own and falls back to an unfused computation that is slower than ours.
 
 # %% [markdown]
-# ## 4 · Against `torch.nn.Transformer`
+# ## 4 · Dropout from 16 random bits
+#
+# Every layer of the book drops out with PyTorch's `nn.Dropout` (chapter 02): in training
+# it draws a random number for every entry, with `bernoulli_`, and on the CPU that draw
+# costs far more than the multiply that applies the mask. Sixteen random bits per entry
+# are plenty: the generator gives 64 at a time, enough for four entries, and an entry is
+# kept when its 16 bits, read as an integer in $[-32768, 32767]$, are at least
+# $-32768 + \operatorname{round}(65536\,p)$. That rounds $p$ to a multiple of $1/65536$
+# ($0.1$ becomes $0.100006$); the survivors are scaled by $1/(1-p')$, with $p'$ the
+# rounded $p$, so each entry's expected value is still exact. On a GPU PyTorch's dropout
+# is one fused kernel, and `fast_dropout` hands over to it, as it does inside
+# `torch.compile`, which generates its own.
+
+# %%
+#| export fast
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer.embedding import _check_float
+
+
+def fast_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """F.dropout(x, p, training) with a cheaper draw on the CPU: 16 random bits per entry.
+
+    Four entries share each 64-bit number of torch's default generator (torch.manual_seed
+    repeats them). An entry is kept when its bits, read as an int16, are at least
+    -32768 + round(65536 p): p is rounded to a multiple of 1/65536, and the kept entries
+    are scaled by 1 / (1 - the rounded p), so that each entry's mean is still x. On other
+    devices, and under torch.compile (which draws and fuses its own masks), F.dropout runs.
+
+    Args:
+        x: a floating-point tensor, any shape.
+        p: the probability of zeroing an entry, in [0, 1).
+        training: False (eval mode) returns x itself, as does p == 0 (default True).
+
+    Returns:
+        x * keep / (1 - p), keep a random 0/1 mask of x's shape; x's shape and dtype.
+
+    Raises:
+        ValueError: p is not a number in [0, 1).
+        TypeError: x is not a floating-point tensor.
+    """
+    _check_float("p", p, 0.0, 1.0)
+    if not isinstance(x, Tensor) or not x.is_floating_point():
+        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"x must be a floating-point tensor, got {got}")
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
+        return F.dropout(x, p, training=True)
+    dropped = round(p * 65536)  # of the 65536 values 16 bits can take, this many drop an entry
+    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-2**63, None)  # 64 random bits each
+    bits = words.view(torch.int16)[: x.numel()].view(x.shape)  # 16 bits per entry, in [-32768, 32767]
+    # keep: 1.0 with probability 1 - dropped / 65536, else 0.0. Compared in float32 (exact
+    # for 16-bit integers) and in place: on the CPU that is several times faster than
+    # building a bool tensor and converting it.
+    keep = bits.to(torch.float32).ge_(dropped - 32768)  # [x.shape]
+    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - dropped / 65536))  # each entry: 0 or x / (1 - p)
+
+
+class FastDropout(nn.Dropout):
+    """nn.Dropout that draws its mask with `fast_dropout` (the same law, drawn faster on the CPU).
+
+    Args:
+        p: the probability of zeroing an entry, in [0, 1) (default 0.5, as nn.Dropout).
+
+    Raises:
+        ValueError: p is not a number in [0, 1).
+    """
+
+    def __init__(self, p: float = 0.5):
+        super().__init__(_check_float("p", p, 0.0, 1.0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x [any shape] -> fast_dropout(x, self.p, self.training), same shape."""
+        return fast_dropout(x, self.p, self.training)
+
+
+# %% [markdown]
+# **The same law as PyTorch's.** On a million entries each drops about a tenth (five
+# standard deviations of the count allow 0.1 ± 0.0015), keeps the mean at 1, scales every
+# survivor by $1/(1-p)$ (ours by that of the rounded $p$, which differs in the sixth
+# decimal) and passes back the gradient mask times scale, which for an input of ones is
+# the output itself. The masks themselves differ: the two draw different random numbers.
+
+# %%
+from transformer.fast import FastDropout, fast_dropout
+
+ones = torch.ones(1000, 1000, requires_grad=True)  # [1000, 1000]
+for name, fn in (("F.dropout   ", F.dropout), ("fast_dropout", fast_dropout)):
+    out = fn(ones, 0.1)  # [1000, 1000]
+    out.sum().backward()
+    rate, mean = (out == 0).float().mean().item(), out.mean().item()
+    survivors = out[out != 0].unique().tolist()
+    print(f"{name}: dropped {rate:.3f}, mean {mean:.3f}, survivors {survivors}, "
+          f"gradient = output: {torch.equal(ones.grad, out.detach())}")
+    assert abs(rate - 0.1) < 0.0015 and abs(mean - 1) < 0.0017 and len(survivors) == 1
+    assert abs(survivors[0] - 1 / 0.9) < 1e-5 and torch.equal(ones.grad, out.detach())
+    ones.grad = None
+
+# %% [markdown]
+# And what each costs on the attention weights of a batch (8 sentences, 8 heads, 128 by
+# 128 positions: a million entries), the three interleaved (section 2):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+weights = torch.rand(8, 8, 128, 128)  # [batch, heads, query, key]
+dropout_times = interleaved({
+    "F.dropout": lambda: F.dropout(weights, 0.1),
+    "fast_dropout": lambda: fast_dropout(weights, 0.1),
+    "multiply": lambda: weights * weights,
+}, repeats=9)
+print(f"F.dropout {dropout_times['F.dropout'] * 1e3:.1f} ms, fast_dropout {dropout_times['fast_dropout'] * 1e3:.1f} ms "
+      f"({dropout_times['F.dropout'] / dropout_times['fast_dropout']:.1f}x faster); "
+      f"one multiply {dropout_times['multiply'] * 1e3:.1f} ms")
+
+# %%
+assert dropout_times["fast_dropout"] < dropout_times["F.dropout"]
+
+# %% [markdown]
+# ## 5 · Skipping the encoder's padding
+#
+# A batch holds sentences of different lengths, padded to the longest (chapter 04). The
+# mask keeps every real token from reading the padding, yet chapter 07's encoder still
+# *computes* a vector at each padded position: the projections, the feed-forward network
+# and the norms run on every row of `[batch, src_len, d_model]`, and the decoder then
+# masks those rows out. In a batch whose sentences are on average three quarters as long
+# as the longest, a quarter of that work is thrown away.
+#
+# Every part of a block except attention treats each position on its own. So those parts
+# can run on the real positions only, packed one sentence after another into a
+# `[N, d_model]` matrix (`x[real]`, where `real` is True at the real positions), and the
+# grid is needed only inside attention: the queries, keys and values are projected from
+# the N real rows, laid on the `[batch, src_len]` grid with zeros at the padding
+# (`on_grid`), attended to exactly as in chapter 05, and picked back at the real positions
+# before the output projection (`self_attention_at`). The memory is the same at the real
+# positions and zero at the padding, which is what `torch.nn.TransformerEncoder` returns
+# there too: it does the same in eval mode, with what PyTorch calls nested tensors.
+#
+# `PackedEncoder` is chapter 07's `Encoder` with this `forward`. It reads where the
+# padding is from the padding mask `[batch, 1, 1, src_len]` that chapter 08's model
+# passes, and takes the packed path in eval mode only, chosen once at the top
+# (`_real_positions` says when): in training the packed path would draw its dropout masks
+# for other entries, so a seed would no longer train the same model; under
+# `torch.compile` and `torch.export`, which trace one graph for every batch, the number
+# of rows of `x[real]` depends on the data; and a hook on a block or on its attention
+# module would silently not fire, or read `[N, d_model]` where it expects
+# `[batch, src_len, d_model]`. Otherwise the plain path runs, unchanged.
+
+# %%
+#| export fast
+from typing import cast
+
+from transformer.blocks import Encoder, EncoderBlock, _check_stream, sublayer_connection
+from transformer.multihead import MultiHeadAttention
+
+
+def on_grid(rows: Tensor, real: Tensor) -> Tensor:
+    """Lay packed rows back on the [batch, src_len] grid: the inverse of x[real].
+
+    Args:
+        rows: [N, ...], the positions where real is True, sentence after sentence.
+        real: bool [batch, src_len] with N True entries.
+
+    Returns:
+        [batch, src_len, ...]: rows at the real positions, zeros at the others.
+    """
+    grid = rows.new_zeros(*real.shape, *rows.shape[1:])
+    grid[real] = rows
+    return grid
+
+
+def self_attention_at(attn: MultiHeadAttention, rows: Tensor, real: Tensor, mask: Tensor | None) -> Tensor:
+    """attn(x, x, x, mask)[0][real], computed from the real rows alone.
+
+    Args:
+        attn: a block's self-attention (chapter 05).
+        rows: [N, d_model], x[real] for a batch x [batch, src_len, d_model].
+        real: bool [batch, src_len], True at those N positions.
+        mask: optional bool, True = may attend, broadcastable to [batch, heads, src_len, src_len].
+
+    Returns:
+        [N, d_model].
+    """
+    # projections of the N real rows only, then on the grid for attention: [B, h, S, d_head] each
+    q, k, v = (attn.split_heads(on_grid(t, real)) for t in attn.project(rows, rows, rows))
+    out, _ = attn.attend(q, k, v, mask, need_weights=False)  # [B, h, S, d_head]
+    return attn.out_proj(out.transpose(1, 2)[real].flatten(1))  # [N, h, d_head] -> [N, d_model]
+
+
+def packed_block(block: EncoderBlock, rows: Tensor, mask: Tensor, real: Tensor) -> Tensor:
+    """block(x, mask)[real] from the real rows [N, d_model] alone: chapter 07's two sublayers."""
+    def attend(h: Tensor) -> Tensor:
+        return block.dropout1(self_attention_at(block.self_attn, h, real, mask))  # [N, d_model]
+
+    rows = sublayer_connection(rows, block.norm1, attend, block.norm_first)
+    return sublayer_connection(rows, block.norm2, lambda h: block.dropout2(block.ffn(h)), block.norm_first)
+
+
+class PackedEncoder(Encoder):
+    """Chapter 07's Encoder that, in eval mode, computes the real source positions only.
+
+    The same modules and state dict as Encoder; `speed_up` turns an Encoder into one.
+    Where the packed path runs, the memory equals the plain path's at the real positions
+    (to float rounding) and is zero at the padding, as torch.nn.TransformerEncoder's.
+    """
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Encoder.forward(x, src_mask), packed when `_real_positions` allows.
+
+        Args:
+            x: [batch, src_len, d_model].
+            src_mask: optional bool, True = may attend; the padding mask
+                [batch, 1, 1, src_len] allows the packed path.
+
+        Returns:
+            memory [batch, src_len, d_model].
+        """
+        real = _real_positions(self, x, src_mask)
+        if real is None:
+            return super().forward(x, src_mask)
+        rows = x[real]  # [N, d_model]: the real positions, sentence after sentence
+        for layer in self.layers:
+            rows = packed_block(cast(EncoderBlock, layer), rows, cast(Tensor, src_mask), real)
+        return on_grid(self.norm(rows), real)  # [batch, src_len, d_model], zero at the padding
+
+
+def _real_positions(encoder: Encoder, x: Tensor, mask: Tensor | None) -> Tensor | None:
+    """bool [batch, src_len], True at the real positions, when the packed path may run; else None.
+
+    It may in eval mode, outside torch.compile and torch.export, with a padding mask
+    [batch, 1, 1, src_len], and when no block and no attention module has a hook.
+    """
+    if encoder.training or torch.compiler.is_compiling() or not isinstance(mask, Tensor):
+        return None
+    attentions = [cast(EncoderBlock, layer).self_attn for layer in encoder.layers]
+    _check_stream(x, attentions[0].d_model, "x", attentions[0].out_proj.weight.dtype)
+    if mask.dtype != torch.bool or mask.shape != (x.size(0), 1, 1, x.size(1)):
+        return None  # not a padding mask: the plain path checks it
+    # a hook expects the module to be called, on the [batch, src_len, d_model] grid
+    hooked = any(m._forward_hooks or m._forward_pre_hooks for m in [*encoder.layers, *attentions])
+    return None if hooked else mask[:, 0, 0, :]
+
+
+# %% [markdown]
+# The packed path must compute what the plain path computes. We encode a batch of 16
+# sentences whose lengths are spread between half the padded length and all of it (here
+# a fifth of the positions are padding) both ways, and with `torch.nn.TransformerEncoder`
+# holding the same weights, in eval mode, where it skips the padding through its nested
+# tensors:
+
+# %%
+import copy
+
+from transformer.blocks import Encoder
+from transformer.fast import PackedEncoder
+
+
+def torch_encoder(stack: Encoder) -> nn.TransformerEncoder:
+    """torch.nn.TransformerEncoder with the weights of our Post-LN, ReLU stack."""
+    first = stack.layers[0]
+    d_model, heads = first.d_model, first.self_attn.num_heads
+    ref = nn.TransformerEncoder(nn.TransformerEncoderLayer(
+        d_model, heads, first.ffn.linear1.out_features, dropout=0.0, batch_first=True), len(stack.layers),
+        enable_nested_tensor=True)
+    for ref_layer, layer in zip(ref.layers, stack.layers, strict=True):
+        attn = layer.self_attn
+        with torch.no_grad():
+            ref_layer.self_attn.in_proj_weight.copy_(torch.cat([attn.q_proj.weight, attn.k_proj.weight,
+                                                                attn.v_proj.weight]))
+            ref_layer.self_attn.in_proj_bias.copy_(torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]))
+        ref_layer.self_attn.out_proj.load_state_dict(attn.out_proj.state_dict())
+        for name in ("linear1", "linear2"):
+            getattr(ref_layer, name).load_state_dict(getattr(layer.ffn, name).state_dict())
+        ref_layer.norm1.load_state_dict(layer.norm1.state_dict())
+        ref_layer.norm2.load_state_dict(layer.norm2.state_dict())
+    return ref.eval()
+
+
+torch.manual_seed(0)
+stack = Encoder(3, 64, 4, 128).eval()
+packed_stack = copy.deepcopy(stack)
+packed_stack.__class__ = PackedEncoder  # what speed_up does (section 6): same modules, other forward
+lengths = torch.randint(16, 33, (16,))  # 16 sentences of 16 to 32 tokens
+real = torch.arange(32)[None, :] < lengths[:, None]  # [16, 32]: True at the real positions
+x_batch = torch.randn(16, 32, 64)
+with torch.no_grad(), warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # PyTorch calls its nested tensors a prototype
+    plain = stack(x_batch, real[:, None, None, :])  # every position computed
+    packed = packed_stack(x_batch, real[:, None, None, :])  # the real positions only
+    torch_out = torch_encoder(stack)(x_batch, src_key_padding_mask=~real)  # nested tensors inside
+print(f"real positions: {real.sum().item()} of {real.numel()}")
+print(f"plain vs packed at the real positions, max |difference| < 1e-6: {(plain - packed)[real].abs().max() < 1e-6}")
+print("packed memory at the padding is zero:", bool((packed[~real] == 0).all()))
+print(f"packed vs nn.TransformerEncoder everywhere, max |difference| < 1e-5: "
+      f"{(packed - torch_out).abs().max() < 1e-5}")
+
+# %%
+assert torch.allclose(plain[real], packed[real], atol=1e-6)  # the same memory where it is read
+assert torch.equal(packed[~real], torch.zeros_like(packed[~real]))
+assert torch.allclose(packed, torch_out, atol=1e-5)  # PyTorch's encoder skips the padding too
+packed_stack.train(), stack.train()  # training keeps the plain path: the same dropout masks from the same seed
+torch.manual_seed(1)
+trained_plain = stack(x_batch, real[:, None, None, :])
+torch.manual_seed(1)
+trained_packed = packed_stack(x_batch, real[:, None, None, :])
+assert torch.equal(trained_plain, trained_packed)
+
+# %% [markdown]
+# Not bit for bit: the matrix multiplies see other shapes, and sum in another order. What
+# the packed path saves, at the size of section 7 below (3 layers of width 256, 8 heads,
+# $d_{ff}$ 1024; 32 sentences of 32 to 64 tokens), the two paths interleaved:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+torch.manual_seed(0)
+wide = Encoder(3, 256, 8, 1024).eval()
+wide_packed = copy.deepcopy(wide)
+wide_packed.__class__ = PackedEncoder
+wide_real = torch.arange(64)[None, :] < torch.randint(32, 65, (32,))[:, None]  # [32, 64]
+wide_x, wide_keep = torch.randn(32, 64, 256), wide_real[:, None, None, :]
+with torch.no_grad():
+    encoder_times = interleaved({"plain": lambda: wide(wide_x, wide_keep),
+                                 "packed": lambda: wide_packed(wide_x, wide_keep)}, repeats=9)
+print(f"every position {encoder_times['plain'] * 1e3:.1f} ms, real positions only "
+      f"{encoder_times['packed'] * 1e3:.1f} ms: {encoder_times['packed'] / encoder_times['plain']:.2f} of the time, "
+      f"for {wide_real.float().mean():.0%} of the positions")
+
+# %%
+assert encoder_times["packed"] < encoder_times["plain"]
+
+# %% [markdown]
+# ## 6 · `speed_up`: the speed paths in one call
+#
+# A model gets this chapter's speed paths from one call, `speed_up(model)`, which changes
+# the model in place and returns it: every `nn.Dropout` becomes a `FastDropout` with the
+# same $p$, and every chapter 07 `Encoder` a `PackedEncoder`. The parameters and the
+# state dict stay as they were, and so do the eval-mode outputs, to float rounding.
+# (PyTorch's fused attention kernel needs no call: chapter 05's `attend` takes it
+# whenever it applies, section 3.)
+
+# %%
+#| export fast
+from typing import TypeVar
+
+_ModuleT = TypeVar("_ModuleT", bound=nn.Module)
+
+
+def speed_up(model: _ModuleT) -> _ModuleT:
+    """Turn on chapter 14's speed paths in model, in place; return model.
+
+    Every nn.Dropout (of exactly that class) becomes a FastDropout with the same p and
+    mode: the same law, drawn faster on the CPU. Every Encoder (chapter 07) becomes a
+    PackedEncoder: the same modules, which in eval mode compute the real source positions
+    only. Parameters and buffers are untouched.
+
+    Args:
+        model: any torch module (the book's Transformer or LanguageModel, or a part of one).
+
+    Returns:
+        model itself.
+
+    Raises:
+        TypeError: model is not an nn.Module.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for parent in list(model.modules()):
+        if type(parent) is Encoder:
+            parent.__class__ = PackedEncoder  # the same modules and state; only forward differs
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Dropout:
+                setattr(parent, name, FastDropout(child.p).train(child.training))
+    return model
+
+
+# %% [markdown]
+# On the translator's size of section 7 below, one training step with chapter 02's
+# `nn.Dropout` and one after `speed_up` (the same weights), interleaved:
+
+# %%
+from transformer.fast import speed_up
+from transformer.model import Transformer
+
+torch.manual_seed(0)
+plain_model = Transformer(1000, 1000, d_model=256, num_heads=8, num_encoder_layers=3,
+                          num_decoder_layers=3, d_ff=1024, dropout=0.1, max_len=65)
+fast_model = speed_up(copy.deepcopy(plain_model))
+swapped = sum(isinstance(m, FastDropout) for m in fast_model.modules())
+print(f"speed_up: {swapped} nn.Dropout modules became FastDropout, the encoder a "
+      f"{type(fast_model.encoder).__name__}; same state dict: "
+      f"{plain_model.state_dict().keys() == fast_model.state_dict().keys()}")
+src = torch.randint(4, 1000, (8, 32))
+tgt = torch.randint(4, 1000, (8, 33))
+src[:4, 24:] = 0  # four padded sentences
+plain_model.eval(), fast_model.eval()
+with torch.no_grad():
+    gap = (plain_model(src, tgt[:, :-1]) - fast_model(src, tgt[:, :-1])).abs().max().item()
+print(f"eval-mode logits, max |difference| < 1e-5: {gap < 1e-5}")
+assert swapped > 0 and isinstance(fast_model.encoder, PackedEncoder) and gap < 1e-5
+assert all(torch.equal(a, b) for a, b in zip(plain_model.state_dict().values(),
+                                             fast_model.state_dict().values(), strict=True))
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def training_step(model: nn.Module) -> Callable[[], None]:
+    """Forward and backward of one batch in training mode (no optimiser: the same weights stay)."""
+    model.train()
+
+    def step() -> None:
+        logits = model(src, tgt[:, :-1])  # [8, 32, vocab]
+        F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten()).backward()
+        model.zero_grad(set_to_none=True)
+    return step
+
+
+step_times = interleaved({"plain": training_step(plain_model), "speed_up": training_step(fast_model)}, repeats=5)
+print(f"forward + backward: nn.Dropout {step_times['plain'] * 1e3:.0f} ms, after speed_up "
+      f"{step_times['speed_up'] * 1e3:.0f} ms ({step_times['plain'] / step_times['speed_up']:.2f}x faster)")
+
+# %%
+assert step_times["speed_up"] < step_times["plain"]
+
+# %% [markdown]
+# ## 7 · Against `torch.nn.Transformer`
 #
 # `torch.nn.Transformer` takes embedded vectors and returns decoder states, so the
 # reference gets what ours has built in: token embeddings scaled by
@@ -274,6 +705,9 @@ assert attention_times["fused"] < attention_times["plain"]  # the fused kernel i
 
 # %%
 #| export
+from transformer.fast import speed_up
+
+
 class TorchReference(nn.Module):
     """torch.nn.Transformer with embeddings, sinusoidal positions and an output layer.
 
@@ -387,12 +821,13 @@ def eval_forward(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Call
 
 
 def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
-                  dropout: float, max_len: int) -> tuple[Transformer, TorchReference]:
+                  dropout: float, max_len: int, fast: bool = True) -> tuple[Transformer, TorchReference]:
     """Our Transformer and the reference, both seeded, with the same sizes.
 
     Args:
         vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes
             (num_layers encoder and num_layers decoder layers).
+        fast: ours after speed_up (default True); False: as the chapters build it.
 
     Returns:
         (ours, reference).
@@ -401,6 +836,7 @@ def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_f
     ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads,
                        num_encoder_layers=num_layers, num_decoder_layers=num_layers, d_ff=d_ff,
                        dropout=dropout, max_len=max_len)
+    ours = speed_up(ours) if fast else ours
     torch.manual_seed(0)
     return ours, TorchReference(vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len)
 
@@ -436,12 +872,12 @@ assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # a large re
 # A ratio below 1 means that ours is faster. PyTorch's evaluation path has fused kernels
 # of its own ("fast path": one call per encoder layer, nested tensors that skip the
 # padding), so coming close to it in evaluation needs the fused attention of section 3
-# and chapter 07's encoder, which skips the padding too in eval mode.
+# and section 5's encoder, which skips the padding too in eval mode.
 # `tools/bench_model.py` measures both ratios at full size, with more repeats and rounds.
 # The assertion above only guards against a large regression: a busy machine moves these
 # ratios by tens of percent.
 #
-# ## 5 · The GEMM peak and the model FLOPs utilisation
+# ## 8 · The GEMM peak and the model FLOPs utilisation
 #
 # Almost all the arithmetic of a Transformer is matrix multiplication, so the fastest a
 # training step can run is set by the machine's matrix-multiply speed. We measure it on
@@ -519,7 +955,7 @@ assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak
 # 51% to 61% of the GEMM peak in three runs on the quiet 2-core machine this book is built
 # on (the peak itself moved by a fifth between runs). Run both to compare on your machine.
 #
-# ## 6 · Decoding against the memory-bandwidth bound
+# ## 9 · Decoding against the memory-bandwidth bound
 #
 # Generating one token at batch 1 multiplies one vector by every weight matrix of the
 # decoder: each weight is read from memory once and used for one multiply-add. The
@@ -660,7 +1096,7 @@ assert products > measured  # the products alone are faster than the whole step
 # too much between runs (up to 1.8 times, as said above), and the assertion only asks
 # that decoding stay below it, up to timing noise.
 #
-# ## 7 · Against the libraries a user would pick instead
+# ## 10 · Against the libraries a user would pick instead
 #
 # An engineer who knows Hugging Face would reach for `transformers`: `GPT2LMHeadModel`
 # instead of chapter 11's language model, `MarianMTModel` instead of chapter 08's
@@ -696,7 +1132,7 @@ def hf_transformers_version() -> str | None:
 
 
 def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
-                         dropout: float, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
+                         dropout: float, max_len: int = 256, fast: bool = True) -> tuple[nn.Module, nn.Module]:
     """Chapter 11's LanguageModel and Hugging Face's GPT2LMHeadModel at the same size, seeded.
 
     Both Pre-LN with the output layer tied to the embedding; GPT-2 with the exact GELU that
@@ -706,6 +1142,7 @@ def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_laye
 
     Args:
         vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len: the sizes.
+        fast: ours after speed_up (default True); False: as the chapters build it.
 
     Returns:
         (ours, GPT-2), in training mode.
@@ -716,6 +1153,7 @@ def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_laye
 
     torch.manual_seed(0)
     ours = LanguageModel(vocab_size, d_model, num_heads, num_layers, d_ff, dropout=dropout, max_len=max_len)
+    ours = speed_up(ours) if fast else ours
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=vocab_size, n_positions=max_len, n_embd=d_model, n_layer=num_layers,
                         n_head=num_heads, n_inner=d_ff, activation_function="gelu", resid_pdrop=dropout,
@@ -724,7 +1162,7 @@ def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_laye
 
 
 def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, num_layers: int = 3,
-                     d_ff: int = 1024, max_len: int = 256) -> tuple[nn.Module, nn.Module]:
+                     d_ff: int = 1024, max_len: int = 256, fast: bool = True) -> tuple[nn.Module, nn.Module]:
     """Chapter 08's Transformer and Hugging Face's MarianMTModel at the same size, seeded.
 
     Both Post-LN with ReLU and scaled embeddings shared by source, target and output layer,
@@ -733,6 +1171,7 @@ def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, 
     Args:
         vocab, d_model, num_heads, num_layers, d_ff, max_len: the sizes (num_layers
             encoder and num_layers decoder layers).
+        fast: ours after speed_up (default True); False: as the chapters build it.
 
     Returns:
         (ours, Marian), in training mode.
@@ -743,6 +1182,7 @@ def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, 
     ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads, num_encoder_layers=num_layers,
                        num_decoder_layers=num_layers, d_ff=d_ff, dropout=0.1, max_len=max_len,
                        share_embeddings=True, tie_output=True)
+    ours = speed_up(ours) if fast else ours
     torch.manual_seed(0)
     config = MarianConfig(vocab_size=vocab, d_model=d_model, encoder_layers=num_layers, decoder_layers=num_layers,
                           encoder_attention_heads=num_heads, decoder_attention_heads=num_heads,
@@ -878,7 +1318,7 @@ if HF_VERSION is not None:  # guards a large regression only: single ratios move
 # summary gives the ranges that `tools/bench_peers.py` measured over many runs, and where
 # the differences come from.
 #
-# ## 8 · Figures
+# ## 11 · Figures
 
 # %%
 #| fig-cap: The benchmarks of this appendix, as measured on the machine that ran it (they vary
@@ -929,8 +1369,11 @@ else:
     print("no comparison with Hugging Face here: transformers is not installed")
 
 # %% [markdown]
-# ## 9 · Summary
+# ## 12 · Summary
 #
+# * `transformer.speed_up(model)` turns on the speed paths that change how a model
+#   computes (`FastDropout` for every `nn.Dropout`, `PackedEncoder` for every `Encoder`),
+#   in place; the fused attention kernel needs no call.
 # * The package exports these helpers as `transformer.benchmarks` (`machine_info`,
 #   `interleaved`, `TorchReference`, `train_step_flops`, `gemm_flops_per_second`,
 #   `bytes_per_token`, `bandwidth_bytes_per_second`); `tools/bench_model.py` runs them at
@@ -941,7 +1384,7 @@ else:
 #   at batch 1.
 # * Each number is printed with the machine it ran on, and guarded by an assertion with a
 #   margin wide enough for a busy machine.
-# * Against Hugging Face (section 7; `tools/bench_peers.py`, five interleaved repeats in
+# * Against Hugging Face (section 10; `tools/bench_peers.py`, five interleaved repeats in
 #   each of five rounds, 2 threads), on the 2-core machine this book is built on, whose
 #   speed changed by a third within the hour, the ratios ours / theirs were, over the
 #   runs of one day: the language model's training step 0.85 to 0.95 against GPT-2 at
@@ -951,7 +1394,7 @@ else:
 #   forward 0.82 to 0.92 against `torch.nn.Transformer` (0.84 to 1.03 with an encoder
 #   that computes the padding too). Ours was faster in every comparison; the ranges show
 #   how far single runs spread, by up to 0.10 (0.85 to 0.95) for one comparison. This
-#   page's own run in section 7, three repeats each, moves further from run to run than
+#   page's own run in section 10, three repeats each, moves further from run to run than
 #   these medians of five rounds.
 # * Where the differences come from. The language model's loss never builds its logits:
 #   chapter 11's `linear_cross_entropy` takes the cross-entropy and its gradients 128
@@ -964,15 +1407,15 @@ else:
 # * Padding. In eval mode `torch.nn.Transformer`'s encoder computes the real source
 #   positions only (nested tensors), and ours computed every position, a quarter of them
 #   padding in this batch: in a profile, our matrix multiplies did a quarter more work in
-#   the encoder. Chapter 07's encoder does the same as PyTorch's (the position-wise
+#   the encoder. `PackedEncoder` (section 5) does the same as PyTorch's (the position-wise
 #   layers on the real rows packed together, attention on the grid), which takes our eval
 #   forward from 0.84 to 1.03 of PyTorch's time to 0.82 to 0.92.
 # * Dropout. PyTorch draws a dropout mask on the CPU with `bernoulli_`, a random number per
 #   entry, and at the larger size that was the biggest difference between the two steps
 #   (17 masks a step in ours, 13 in GPT-2's, which has no dropout inside the feed-forward
-#   layer). Chapter 02's `dropout`, which every layer of the book uses, draws 16 random
-#   bits per entry, four from each 64-bit number: on a million entries 2.8 ms against
-#   12 ms, and it takes our step from 1.14 to 1.20 times GPT-2's to 0.85 to 0.91 (0.78 to
-#   0.84 with GPT-2's placement of dropout). The rest of the step is the same matrix
+#   layer). `fast_dropout` (section 4), which `speed_up` puts in every layer, draws 16
+#   random bits per entry, four from each 64-bit number: on a million entries 2.8 ms
+#   against 12 ms, and it takes our step from 1.14 to 1.20 times GPT-2's to 0.85 to 0.91
+#   (0.78 to 0.84 with GPT-2's placement of dropout). The rest of the step is the same matrix
 #   multiplies on both sides, and `torch.compile` of the whole step gave nothing on this
 #   CPU.

@@ -1,6 +1,5 @@
 """Tests for transformer.blocks (chapter 07): parity with PyTorch's own layers, invariants."""
 
-import warnings
 
 import pytest
 import torch
@@ -132,82 +131,6 @@ def test_stacks_match_torch(dtype, norm_first):
                       memory_key_padding_mask=SRC == 0)
     torch.testing.assert_close(real_positions(out, TGT), real_positions(ref_out, TGT),
                                atol=TOL[dtype], rtol=0)
-
-
-ALL_PAD = torch.tensor([[1, 5, 7, 9, 2, 0, 0], [0, 0, 0, 0, 0, 0, 0], [1, 3, 0, 0, 0, 0, 0]])
-
-
-@pytest.mark.parametrize("ids", [SRC, ALL_PAD], ids=["padded", "a sentence of padding only"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_encoder_skipping_the_padding_matches_every_position_and_torch(dtype, norm_first, ids):
-    """Eval mode with real: the memory of the plain path at the real positions, zero at the
-    padding, as nn.TransformerEncoder's nested-tensor path returns it."""
-    torch.manual_seed(3)
-    enc = Encoder(3, D, H, FF, norm_first=norm_first).to(dtype).eval()
-    randomise_norms(enc)
-    x, real = torch.randn(3, 7, D, dtype=dtype), ids != 0
-    with torch.no_grad():
-        plain, packed = enc(x, padding_mask(ids)), enc(x, padding_mask(ids), real)
-    assert torch.isfinite(packed).all()
-    torch.testing.assert_close(packed[real], plain[real], atol=TOL[dtype], rtol=0)
-    assert torch.equal(packed[~real], torch.zeros_like(packed[~real]))
-    if not norm_first:  # PyTorch takes its nested-tensor path for Post-LN stacks
-        ref = nn.TransformerEncoder(torch_encoder_layer(enc.layers[0], "relu", dtype), 3)
-        for ref_layer, layer in zip(ref.layers, enc.layers, strict=True):
-            ref_layer.load_state_dict(torch_encoder_layer(layer, "relu", dtype).state_dict())
-        with torch.no_grad(), warnings.catch_warnings():  # "nested tensors ... prototype", once
-            warnings.simplefilter("ignore", UserWarning)
-            # equal at the padding too: zeros, which only the nested-tensor path gives
-            torch.testing.assert_close(packed, ref.eval()(x, src_key_padding_mask=~real),
-                                       atol=TOL[dtype], rtol=0)
-
-
-def test_encoder_skips_the_padding_in_eval_mode_only_and_never_behind_a_hook():
-    torch.manual_seed(4)
-    enc = Encoder(2, D, H, FF, dropout=0.3)
-    x, mask, real = torch.randn(3, 7, D), padding_mask(SRC), SRC != 0
-    torch.manual_seed(0)
-    trained = enc(x, mask)
-    torch.manual_seed(0)
-    assert torch.equal(enc(x, mask, real), trained)  # training: the plain path, the same masks
-    enc.eval()
-    with torch.no_grad():
-        assert torch.equal(enc(x, mask, real)[~real], torch.zeros(int((~real).sum()), D))  # skipped
-        seen = []
-        hook = enc.layers[1].self_attn.register_forward_hook(lambda _m, _i, out: seen.append(out))
-        hooked = enc(x, mask, real)
-        hook.remove()
-        assert len(seen) == 1 and hooked[~real].abs().sum() > 0  # the hook fired: every position
-        torch.testing.assert_close(hooked, enc(x, mask), atol=0, rtol=0)
-        shapes = []  # a hook on a block (hidden states, say) sees the grid too
-        hook = enc.layers[0].register_forward_pre_hook(lambda _m, args: shapes.append(args[0].shape))
-        enc(x, mask, real)
-        hook.remove()
-        assert shapes == [(3, 7, D)]
-
-
-@pytest.mark.parametrize("real, message", [
-    (SRC, "real must be a bool tensor"),  # ids, not a mask
-    (SRC[:, :5] != 0, r"real must be a bool tensor \[batch, src_len\] = \[3, 7\]"),
-    ((SRC != 0)[:, None, None, :], "real must be a bool tensor"),  # the attention mask's shape
-    ([[True] * 7] * 3, "got list"),
-])
-def test_encoder_names_a_bad_real(real, message):
-    enc = Encoder(1, D, H, FF).eval()
-    with pytest.raises(ValueError, match=message):
-        enc(torch.randn(3, 7, D), padding_mask(SRC), real)
-
-
-def test_encoder_checks_x_and_the_mask_on_the_faster_path():
-    enc = Encoder(1, D, H, FF).eval()
-    with pytest.raises(ValueError, match=r"x must have shape \[batch, seq, 16\]"):
-        enc(torch.randn(3, 7, D + 1), padding_mask(SRC), SRC != 0)
-    with pytest.raises(TypeError, match="float64"):
-        enc(torch.randn(3, 7, D, dtype=torch.float64), padding_mask(SRC), SRC != 0)
-    ambiguous = torch.ones(7, 7, dtype=torch.bool)  # [Tq, Tk] or [B, Tk]? with B == 7 it is unclear
-    with pytest.raises(ValueError, match="src_mask of shape"):
-        Encoder(1, D, H, FF).eval()(torch.randn(7, 7, D), ambiguous, torch.ones(7, 7, dtype=torch.bool))
 
 
 def test_pre_ln_stack_has_final_norm_post_ln_has_none():

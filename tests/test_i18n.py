@@ -362,7 +362,7 @@ def test_a_link_to_a_document_the_chinese_site_lacks_goes_to_the_english_one(tmp
     text = ("See {doc}`chapters/14_benchmarks`, {doc}`the guide <teachers>` and "
             "{doc}`04 </chapters/04_causal_mask>`.")
     out = link_to_english(text, Path("performance.md"), {"chapters/04_causal_mask"}, site)
-    assert '<a href="../../html/chapters/14_benchmarks.html" hreflang="en">14 · Appendix: Benchmarks</a>' in out
+    assert '<a href="../../html/chapters/14_benchmarks.html" hreflang="en">14 · Appendix: Making it fast</a>' in out
     assert '<a href="../../html/teachers.html" hreflang="en">the guide</a>' in out
     assert "{doc}`04 </chapters/04_causal_mask>`" in out
     nested = link_to_english("{doc}`the package <../package>`", Path("chapters/x.md"), set(), site)

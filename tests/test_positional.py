@@ -7,8 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer import Dropout, PositionalEncoding, sinusoidal_encoding
-from transformer.positional import dropout
+from transformer import PositionalEncoding, sinusoidal_encoding
 
 
 def direct_formula(positions, d_model):
@@ -154,87 +153,3 @@ def test_bad_start_raises(start):
     with pytest.raises(ValueError, match="start|max_len"):
         pe(torch.randn(1, 1, 8), start=start)
     pe(torch.randn(1, 1, 8), start=9)  # the last position is fine
-
-
-# --- dropout: the book's, with a cheaper draw on the CPU ------------------------------------
-
-
-def sigmas(rate: float, p: float, n: int) -> float:
-    """How many standard deviations a dropped fraction `rate` of n entries lies from p."""
-    return abs(rate - p) / math.sqrt(p * (1 - p) / n)
-
-
-@pytest.mark.parametrize("p", [0.1, 0.5, 0.9, 1 / 3])
-def test_dropout_drops_a_fraction_p_and_keeps_the_mean(p):
-    torch.manual_seed(0)
-    out = dropout(torch.ones(400_000), p)
-    dropped = (out == 0).float().mean().item()
-    assert sigmas(dropped, p, 400_000) < 5
-    survivors = out[out != 0].unique()
-    assert len(survivors) == 1  # one scale, that of the rounded p
-    assert survivors.item() == pytest.approx(1 / (1 - round(p * 65536) / 65536), rel=1e-6)
-    assert out.mean().item() == pytest.approx(1.0, abs=5 * math.sqrt(p / (1 - p) / 400_000))
-
-
-def test_dropout_draws_every_entry_alike():
-    # Four entries share one 64-bit draw; each of the four 16-bit pieces must be uniform
-    # (a 63-bit draw, torch's default random_(), would keep every fourth entry more often).
-    torch.manual_seed(1)
-    out = dropout(torch.ones(100_000, 4), 0.5)  # column k: piece k of each draw
-    for column in (out == 0).float().mean(dim=0).tolist():
-        assert sigmas(column, 0.5, 100_000) < 5
-    torch.manual_seed(2)
-    odd = dropout(torch.ones(3, 7, 5), 0.3)  # a size that is not a multiple of four
-    assert odd.shape == (3, 7, 5) and ((odd == 0) | (odd > 1)).all()
-
-
-def test_dropout_gradient_is_the_mask_times_the_scale():
-    x = torch.randn(64, 32, requires_grad=True)
-    torch.manual_seed(3)
-    out = dropout(x, 0.2)
-    out.backward(torch.ones_like(out))
-    kept = out != 0
-    scale = 1 / (1 - round(0.2 * 65536) / 65536)
-    assert torch.equal(x.grad, kept.float() * scale)
-    assert torch.allclose(out, x * kept * scale)
-
-
-def test_dropout_is_the_identity_in_eval_and_at_p_zero():
-    x = torch.randn(5, 6)
-    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
-    layer = Dropout(0.3).eval()
-    assert layer(x) is x
-
-
-def test_dropout_repeats_under_the_same_seed_and_keeps_dtype_and_layout():
-    x = torch.randn(8, 16, 12).transpose(1, 2)  # not contiguous
-    torch.manual_seed(5)
-    first = dropout(x, 0.25)
-    torch.manual_seed(5)
-    assert torch.equal(first, dropout(x, 0.25))
-    assert first.shape == x.shape and torch.equal(first != 0, (first != 0) & (x != 0))
-    for dtype in (torch.bfloat16, torch.float16, torch.float64):
-        assert dropout(x.to(dtype), 0.25).dtype == dtype
-
-
-def test_dropout_module_is_an_nn_dropout_that_uses_it():
-    layer = Dropout(0.25)
-    assert isinstance(layer, torch.nn.Dropout) and layer.p == 0.25 and layer.training
-    x = torch.randn(10, 10)
-    torch.manual_seed(6)
-    expected = dropout(x, 0.25)
-    torch.manual_seed(6)
-    assert torch.equal(layer(x), expected)
-
-
-@pytest.mark.parametrize("p", [-0.1, 1.0, float("nan"), "0.1", True])
-def test_dropout_refuses_a_bad_p(p):
-    with pytest.raises(ValueError, match="p must be a number in"):
-        dropout(torch.ones(3), p)
-    with pytest.raises(ValueError, match="p must be a number in"):
-        Dropout(p)
-
-
-def test_dropout_refuses_integer_input():
-    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
-        dropout(torch.ones(3, dtype=torch.long), 0.1)

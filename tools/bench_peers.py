@@ -88,12 +88,15 @@ def chapter11_lm() -> dict:
                 batch=config["train"]["batch_size"], seq_len=config["data"]["seq_len"])
 
 
+# Our models after transformer.speed_up (chapter 14), unless --plain asks for the chapters' plain layers.
+FAST = True
+
 def lm_train_steps(size: dict, ffn_dropout: bool = True) -> tuple[Callable[[], float], Callable[[], float], dict]:
     """One training step of each language model on the same random windows; and their sizes.
 
     ffn_dropout=False switches off the dropout inside our feed-forward layers (GPT-2's placement).
     """
-    ours, theirs = peer_language_models(**{key: size[key] for key in MODEL_KEYS})
+    ours, theirs = peer_language_models(**{key: size[key] for key in MODEL_KEYS}, fast=FAST)
     if not ffn_dropout:
         for layer in ours.decoder.layers:
             layer.ffn.dropout.p = 0.0
@@ -107,21 +110,21 @@ def lm_train_steps(size: dict, ffn_dropout: bool = True) -> tuple[Callable[[], f
 
 def lm_generation_inputs(batch: int, prompt_len: int = 16):
     """Both language models at the issue's size and random prompts [batch, prompt_len]."""
-    ours, theirs = peer_language_models(**{key: ISSUE_LM[key] for key in MODEL_KEYS})
+    ours, theirs = peer_language_models(**{key: ISSUE_LM[key] for key in MODEL_KEYS}, fast=FAST)
     prompts = torch.randint(3, ISSUE_LM["vocab_size"], (batch, prompt_len), generator=torch.Generator().manual_seed(1))
     return ours.eval(), theirs.eval(), prompts
 
 
 def translator_generation_inputs(batch: int, src_len: int = 20):
     """Both translators and random sources [batch, src_len]."""
-    ours, theirs = peer_translators()
+    ours, theirs = peer_translators(fast=FAST)
     src = torch.randint(3, 2000, (batch, src_len), generator=torch.Generator().manual_seed(1))
     return ours.eval(), theirs.eval(), src
 
 
 def eval_forwards() -> tuple[Callable[[], None], Callable[[], None]]:
     """Eval forward of our translator and of torch.nn.Transformer on one padded batch."""
-    ours, reference = paired_models(1000, 256, 8, 3, 1024, 0.1, 65)
+    ours, reference = paired_models(1000, 256, 8, 3, 1024, 0.1, 65, fast=FAST)
     batch = random_batch(32, 64, 64, 1000)
     return eval_forward(ours, batch), eval_forward(reference, batch)
 
@@ -153,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--plain", action="store_true", help="our models as the chapters build them, without speed_up")
     args = parser.parse_args(argv)
+    global FAST
+    FAST = not args.plain
     torch.set_num_threads(args.threads)
     info = machine_info()
     print(f"{info['cpu']}, {info['cores']} cores, {torch.get_num_threads()} threads; torch {torch.__version__}, "

@@ -10,7 +10,7 @@ from transformer.model import Transformer, PretrainedModel, PAPER_CONFIGS, count
 from transformer.lm import LanguageModel
 # Layers
 from transformer.embedding import TokenEmbedding
-from transformer.positional import sinusoidal_encoding, PositionalEncoding, Dropout
+from transformer.positional import sinusoidal_encoding, PositionalEncoding
 from transformer.attention import scaled_dot_product_attention, SingleHeadSelfAttention
 from transformer.multihead import MultiHeadAttention
 from transformer.feedforward import FeedForward
@@ -18,6 +18,8 @@ from transformer.blocks import EncoderBlock, DecoderBlock, Encoder, Decoder
 from transformer.refinements import RotaryEmbedding, RMSNorm, SwiGLU, GroupedQueryAttention
 # Masks
 from transformer.masks import causal_mask, padding_mask, combine_masks
+# Speed
+from transformer.fast import speed_up, FastDropout
 # Generation
 from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty, KVCache, StaticKVCache, IncrementalDecoder, translate, Translator, load_translator, UnknownWordsError
 # Training
@@ -42,7 +44,6 @@ __all__ = [
     "TokenEmbedding",
     "sinusoidal_encoding",
     "PositionalEncoding",
-    "Dropout",
     "scaled_dot_product_attention",
     "SingleHeadSelfAttention",
     "MultiHeadAttention",
@@ -58,6 +59,8 @@ __all__ = [
     "causal_mask",
     "padding_mask",
     "combine_masks",
+    "speed_up",
+    "FastDropout",
     "generate",
     "greedy_decode",
     "sample_decode",

@@ -5,10 +5,10 @@
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.embedding import _check_bool, _check_float, _check_int
-from transformer.positional import dropout
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -40,7 +40,30 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
     Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
     """
-    mask = _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
+    _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
+    weights = scaled_dot_product_weights(q, k, mask, scale)  # [..., q_len, k_len]
+    if dropout_p > 0.0:  # in training: zero some weights, scale the others (chapter 02)
+        weights = F.dropout(weights, dropout_p)
+    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+
+
+def scaled_dot_product_weights(q: Tensor, k: Tensor, mask: Tensor | None = None,
+                               scale: float | None = None) -> Tensor:
+    """softmax(q k^T * scale) with the hidden keys at 0: how much each query reads each key.
+
+    Args:
+        q, k, mask, scale: as in scaled_dot_product_attention.
+
+    Returns:
+        weights [..., q_len, k_len]; each row sums to 1, or is all zero where the mask
+        hides every key.
+
+    Raises:
+        TypeError, ValueError: as scaled_dot_product_attention.
+
+    Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
+    """
+    mask = _check_attention_args(q, k, None, mask, 0.0, scale)
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1))
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
@@ -49,15 +72,14 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
     weights = scores.softmax(dim=-1)  # each row sums to 1
     if mask is not None:  # a row that may see nothing: zeros, not an average (chapter 04)
         weights = weights.masked_fill(~mask, 0.0)
-    if dropout_p > 0.0:
-        weights = dropout(weights, dropout_p)  # chapter 02's dropout
-    return weights @ v, weights  # [..., q_len, d_v], [..., q_len, k_len]
+    return weights
 
 # %% chapters/03_attention.ipynb, cell 16
-def _check_attention_args(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
+def _check_attention_args(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None,
                           dropout_p: float, scale: float | None) -> Tensor | None:
-    """Raise a clear error unless the arguments fit; return the mask (None, or checked)."""
-    _check_qkv(q, k, v)
+    """Raise a clear error unless the arguments fit (v None: for the weights alone); return
+    the mask (None, or checked)."""
+    _check_qkv(q, k, k if v is None else v)
     _check_float("dropout_p", dropout_p, 0.0, 1.0)
     if scale is not None:
         _check_float("scale", scale, 0.0, low_closed=False)
@@ -169,4 +191,4 @@ class SingleHeadSelfAttention(nn.Module):
             mask = mask.squeeze(1)  # one head: drop the heads axis of a [B, 1, Tq, Tk] mask
         return scaled_dot_product_attention(self.q_proj(x), self.k_proj(x), self.v_proj(x), mask)
 
-__all__ = ["scaled_dot_product_attention", "SingleHeadSelfAttention"]
+__all__ = ["scaled_dot_product_attention", "scaled_dot_product_weights", "SingleHeadSelfAttention"]

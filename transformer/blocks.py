@@ -3,15 +3,13 @@
 
 # %% chapters/07_blocks.ipynb, cell 16
 from collections.abc import Callable
-from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
-from transformer.multihead import KeyValueCache, MultiHeadAttention, _check_mask_axes
-from transformer.positional import Dropout
+from transformer.multihead import KeyValueCache, MultiHeadAttention
 
 
 def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
@@ -86,40 +84,34 @@ class EncoderBlock(nn.Module):
         self.ffn = FeedForward(d_model, d_ff, dropout, activation)
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model)
-        self.dropout1 = Dropout(dropout)  # residual dropout on each sublayer's output
-        self.dropout2 = Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)  # residual dropout on each sublayer's output
+        self.dropout2 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
-    def _sa_block(self, x: Tensor, mask: Tensor | None, real: Tensor | None = None) -> Tensor:
-        if real is not None:  # x holds the real positions only (the faster path, below)
-            return self.dropout1(self_attention_at(self.self_attn, x, real, mask))  # [N, d_model]
+    def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
         # nobody reads the weights here, so attention may take its fused path (chapter 05)
         return self.dropout1(self.self_attn(x, x, x, mask, need_weights=False)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
-        return self.dropout2(self.ffn(x))  # [B, S, d_model], or packed [N, d_model]: position-wise
+        return self.dropout2(self.ffn(x))  # [B, S, d_model]
 
-    def forward(self, x: Tensor, src_mask: Tensor | None = None, real: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """One encoder layer.
 
         Args:
-            x: [batch, src_len, d_model]; with real, [N, d_model] instead: the N positions
-                where real is True, sentence after sentence (the faster path, below).
+            x: [batch, src_len, d_model].
             src_mask: optional bool, True = may attend, broadcastable to
                 [batch, heads, src_len, src_len] (usually the padding mask [batch, 1, 1, src_len]).
-            real: optional bool [batch, src_len], True at the real (not padding)
-                positions; only Encoder passes it (default None: x is the whole grid).
 
         Returns:
-            [batch, src_len, d_model] (with real: [N, d_model]).
+            [batch, src_len, d_model].
 
         Raises:
             ValueError: x or src_mask has the wrong shape.
             TypeError: x's dtype differs from the weights', or src_mask is not bool.
         """
-        if real is None:  # Encoder checks the stream of the faster path
-            _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
-        x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, src_mask, real), self.norm_first)
+        _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
+        x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, src_mask), self.norm_first)
         return sublayer_connection(x, self.norm2, self._ff_block, self.norm_first)
 
 # %% chapters/07_blocks.ipynb, cell 18
@@ -192,9 +184,9 @@ class DecoderBlock(nn.Module):
         self.norm1 = _make_norm(norm, d_model)
         self.norm2 = _make_norm(norm, d_model) if cross_attention else None
         self.norm3 = _make_norm(norm, d_model)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout) if cross_attention else None
-        self.dropout3 = Dropout(dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout) if cross_attention else None
+        self.dropout3 = nn.Dropout(dropout)
         self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None, cache: KeyValueCache | None = None,
@@ -294,31 +286,21 @@ class Encoder(nn.Module):
         )
         self.norm = _make_norm(norm, d_model) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, src_mask: Tensor | None = None, real: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Run every block.
 
         Args:
             x: [batch, src_len, d_model].
             src_mask: optional bool, True = may attend, broadcastable to
                 [batch, heads, src_len, src_len].
-            real: optional bool [batch, src_len], True at the real (not padding) positions,
-                the ones src_mask lets the others see. In eval mode the blocks then compute
-                those positions only (skip_padding, below); the memory is the same there
-                and zero at the padding, as torch.nn.TransformerEncoder's (default None:
-                every position is computed).
 
         Returns:
             memory [batch, src_len, d_model].
 
         Raises:
-            ValueError: real is not bool [batch, src_len], or a shape does not fit.
+            ValueError: a shape does not fit.
             TypeError: x's dtype differs from the weights', or src_mask is not bool.
         """
-        if real is not None and skip_padding(self, x, src_mask, real):
-            rows = x[real]  # [N, d_model]: the real positions, sentence after sentence
-            for layer in self.layers:
-                rows = layer(rows, src_mask, real)
-            return on_grid(self.norm(rows), real)  # [batch, src_len, d_model], zero at the padding
         for layer in self.layers:
             x = layer(x, src_mask)
         return self.norm(x)
@@ -378,73 +360,4 @@ class Decoder(nn.Module):
             x = layer(x, memory, tgt_mask, memory_mask, None if caches is None else caches[i], tgt_is_causal)
         return self.norm(x)
 
-# %% chapters/07_blocks.ipynb, cell 22
-def on_grid(rows: Tensor, real: Tensor) -> Tensor:
-    """Lay packed rows back on the [batch, src_len] grid: the inverse of x[real].
-
-    Args:
-        rows: [N, ...], the positions where real is True, sentence after sentence.
-        real: bool [batch, src_len] with N True entries.
-
-    Returns:
-        [batch, src_len, ...]: rows at the real positions, zeros at the others.
-
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
-    """
-    grid = rows.new_zeros(*real.shape, *rows.shape[1:])
-    grid[real] = rows
-    return grid
-
-
-def self_attention_at(attn: MultiHeadAttention, rows: Tensor, real: Tensor, mask: Tensor | None) -> Tensor:
-    """attn(x, x, x, mask)[0][real], computed from the real rows alone.
-
-    Args:
-        attn: the block's self-attention (chapter 05).
-        rows: [N, d_model], x[real] for a batch x [batch, src_len, d_model].
-        real: bool [batch, src_len], True at those N positions.
-        mask: optional bool, True = may attend, broadcastable to [batch, heads, src_len, src_len].
-
-    Returns:
-        [N, d_model].
-
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
-    """
-    # projections of the N real rows only, then on the grid for attention: [B, h, S, d_head] each
-    q, k, v = (attn.split_heads(on_grid(t, real)) for t in attn.project(rows, rows, rows))
-    out, _ = attn.attend(q, k, v, mask, need_weights=False)  # [B, h, S, d_head]
-    return attn.out_proj(out.transpose(1, 2)[real].flatten(1))  # [N, h, d_head] -> [N, d_model]
-
-
-def skip_padding(encoder: Encoder, x: Tensor, mask: Tensor | None, real: Tensor) -> bool:
-    """Check x and real, and say whether the encoder may compute the real positions only.
-
-    Args:
-        encoder: the Encoder.
-        x: its input [batch, src_len, d_model].
-        mask: its src_mask.
-        real: bool [batch, src_len], True at the real positions.
-
-    Returns:
-        True in eval mode, outside torch.compile and torch.export, and when no block of
-        the encoder and no attention module in one has a hook.
-
-    Raises:
-        ValueError: x or real has the wrong shape, or real is not bool.
-        TypeError: x's dtype differs from the weights'.
-
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
-    """
-    attentions = [cast(EncoderBlock, layer).self_attn for layer in encoder.layers]
-    _check_stream(x, attentions[0].d_model, "x", attentions[0].out_proj.weight.dtype)
-    if not isinstance(real, Tensor) or real.dtype != torch.bool or real.shape != x.shape[:2]:
-        got = f"{real.dtype} {tuple(real.shape)}" if isinstance(real, Tensor) else type(real).__name__
-        raise ValueError(f"real must be a bool tensor [batch, src_len] = {list(x.shape[:2])}, "
-                         f"True at the real positions, got {got}")
-    _check_mask_axes(mask, x.size(0), attentions[0].num_heads, x.size(1), "src_mask")
-    # a hook expects the module to be called, on the [batch, src_len, d_model] grid
-    modules = [*encoder.layers, *attentions]
-    hooked = any(m._forward_hooks or m._forward_pre_hooks for m in modules)
-    return not (encoder.training or torch.compiler.is_compiling() or hooked)
-
-__all__ = ["sublayer_connection", "EncoderBlock", "DecoderBlock", "Encoder", "Decoder", "on_grid", "self_attention_at", "skip_padding"]
+__all__ = ["sublayer_connection", "EncoderBlock", "DecoderBlock", "Encoder", "Decoder"]

@@ -72,16 +72,11 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 
     Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
     """
-    result = None
-    for i, m in enumerate(masks):
-        if m is None:
-            continue
-        if not isinstance(m, Tensor) or m.dtype != torch.bool:
-            got = f"has dtype {m.dtype}" if isinstance(m, Tensor) else f"is a {type(m).__name__}"
-            raise TypeError(f"masks must be bool tensors (True = may attend); mask {i} {got}")
-        if result is None:
-            result = m
-            continue
+    given = [(i, _bool_mask(m, i)) for i, m in enumerate(masks) if m is not None]
+    if not given:
+        return None
+    result = given[0][1]
+    for i, m in given[1:]:
         try:
             result = result & m  # broadcasting AND: blocked in any mask -> blocked
         except RuntimeError:
@@ -90,5 +85,13 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
                 f"(combined shape {tuple(result.shape)})"
             ) from None
     return result
+
+
+def _bool_mask(m: Tensor, i: int) -> Tensor:
+    """m, refused with a clear error unless it is a bool tensor (i: its place among the masks)."""
+    if not isinstance(m, Tensor) or m.dtype != torch.bool:
+        got = f"has dtype {m.dtype}" if isinstance(m, Tensor) else f"is a {type(m).__name__}"
+        raise TypeError(f"masks must be bool tensors (True = may attend); mask {i} {got}")
+    return m
 
 __all__ = ["causal_mask", "padding_mask", "combine_masks"]

@@ -65,9 +65,8 @@ import math
 
 from torch.nn import functional as F
 
-from transformer.attention import _check_attention_args, scaled_dot_product_attention
+from transformer.attention import _check_attention_args, scaled_dot_product_weights
 from transformer.embedding import _check_bool, _check_float, _check_int
-from transformer.positional import Dropout
 
 
 def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
@@ -136,7 +135,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O mixes the heads
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)  # on the attention weights
 
     def split_heads(self, x: Tensor) -> Tensor:
         """Cut the last axis into heads of d_head features: a view, no copy.
@@ -275,8 +274,8 @@ class MultiHeadAttention(nn.Module):
             return fused_attention(q, k, v, mask, dropout_p, is_causal), None
         if is_causal:
             mask = _and_causal(mask, q.size(-2), q.device)
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
-        return out, (weights if need_weights else None)
+        weights = self.dropout(scaled_dot_product_weights(q, k, mask))  # [B, h, Tq, Tk]
+        return weights @ v, (weights if need_weights else None)  # [B, h, Tq, d_head]
 
 # %% chapters/05_multihead_attention.ipynb, cell 17
 def _why_not_fused(need_weights: bool, dropout_p: float, device: torch.device) -> str | None:

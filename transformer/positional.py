@@ -46,72 +46,6 @@ def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
     return pe.float()
 
 # %% chapters/02_positional_encoding.ipynb, cell 10
-import torch.nn.functional as F
-
-
-def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
-    """Zero each entry of x with probability p and scale the others by 1 / (1 - p), in training.
-
-    F.dropout's computation with a cheaper draw on the CPU: 16 random bits per entry,
-    four from each 64-bit number of torch's default generator (torch.manual_seed repeats
-    them). An entry is kept when its bits, read as an int16, are at least
-    -32768 + round(65536 p): p is rounded to a multiple of 1/65536, and the kept entries
-    are scaled by 1 / (1 - the rounded p), so that each entry's mean is still x. On
-    other devices, and under torch.compile (which draws and fuses its own masks),
-    F.dropout runs instead.
-
-    Args:
-        x: a floating-point tensor, any shape.
-        p: the probability of zeroing an entry, in [0, 1).
-        training: False (eval mode) returns x itself, as does p == 0 (default True).
-
-    Returns:
-        x * keep / (1 - p), keep a random 0/1 mask of x's shape; x's shape and dtype.
-
-    Raises:
-        ValueError: p is not a number in [0, 1).
-        TypeError: x is not a floating-point tensor.
-
-    Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
-    """
-    _check_float("p", p, 0.0, 1.0)
-    if not isinstance(x, Tensor) or not x.is_floating_point():
-        got = x.dtype if isinstance(x, Tensor) else type(x).__name__
-        raise TypeError(f"x must be a floating-point tensor, got {got}")
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or torch.compiler.is_compiling():
-        return F.dropout(x, p, training=True)
-    dropped = round(p * 65536)  # of the 65536 values 16 bits can take, this many drop an entry
-    words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_(-2**63, None)  # 64 random bits each
-    bits = words.view(torch.int16)[: x.numel()].view(x.shape)  # 16 bits per entry, in [-32768, 32767]
-    # keep: 1.0 with probability 1 - dropped / 65536, else 0.0. Compared in float32 (exact
-    # for 16-bit integers) and in place: on the CPU that is several times faster than
-    # building a bool tensor and converting it.
-    keep = bits.to(torch.float32).ge_(dropped - 32768)  # [x.shape]
-    return x * keep.to(x.dtype).mul_(1.0 / (1.0 - dropped / 65536))  # each entry: 0 or x / (1 - p)
-
-
-class Dropout(nn.Dropout):
-    """nn.Dropout that draws its mask with `dropout` (the same distribution, drawn faster on the CPU).
-
-    Args:
-        p: the probability of zeroing an entry, in [0, 1) (default 0.5, as nn.Dropout).
-
-    Raises:
-        ValueError: p is not a number in [0, 1).
-
-    Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
-    """
-
-    def __init__(self, p: float = 0.5):
-        super().__init__(_check_float("p", p, 0.0, 1.0))
-
-    def forward(self, x: Tensor) -> Tensor:
-        """x [any shape] -> dropout(x, self.p, self.training), same shape."""
-        return dropout(x, self.p, self.training)
-
-# %% chapters/02_positional_encoding.ipynb, cell 12
 class PositionalEncoding(nn.Module):
     """Add the sinusoidal position signal to embeddings, then apply dropout (the paper's order).
 
@@ -136,7 +70,7 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         _check_int("d_model", d_model)
         _check_int("max_len", max_len)
-        self.dropout = Dropout(_check_float("dropout", dropout, 0.0, 1.0))
+        self.dropout = nn.Dropout(_check_float("dropout", dropout, 0.0, 1.0))
         self.d_model, self.max_len = d_model, max_len
         # sinusoidal_encoding refuses an odd d_model
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)  # [max_len, d_model]
@@ -187,4 +121,4 @@ class PositionalEncoding(nn.Module):
             )
         return self.dropout(x + self.pe[start:start + seq].to(x.dtype))  # [seq, d_model] broadcasts over batch
 
-__all__ = ["sinusoidal_encoding", "dropout", "Dropout", "PositionalEncoding"]
+__all__ = ["sinusoidal_encoding", "PositionalEncoding"]

@@ -1,0 +1,237 @@
+"""Tests for transformer.fast (chapter 14): fast_dropout, FastDropout and speed_up."""
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+from test_blocks import FF, SRC, D, H, randomise_norms, torch_encoder_layer
+
+from transformer import FastDropout, LanguageModel, Transformer, speed_up
+from transformer.blocks import Encoder
+from transformer.fast import PackedEncoder, fast_dropout
+from transformer.masks import padding_mask
+
+# --- fast_dropout: nn.Dropout's law with a cheaper draw on the CPU ---------------------------
+
+
+def sigmas(rate: float, p: float, n: int) -> float:
+    """How many standard deviations a dropped fraction `rate` of n entries lies from p."""
+    return abs(rate - p) / math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9, 1 / 3])
+def test_dropout_drops_a_fraction_p_and_keeps_the_mean(p):
+    torch.manual_seed(0)
+    out = fast_dropout(torch.ones(400_000), p)
+    dropped = (out == 0).float().mean().item()
+    assert sigmas(dropped, p, 400_000) < 5
+    survivors = out[out != 0].unique()
+    assert len(survivors) == 1  # one scale, that of the rounded p
+    assert survivors.item() == pytest.approx(1 / (1 - round(p * 65536) / 65536), rel=1e-6)
+    assert out.mean().item() == pytest.approx(1.0, abs=5 * math.sqrt(p / (1 - p) / 400_000))
+
+
+def test_dropout_draws_every_entry_alike():
+    # Four entries share one 64-bit draw; each of the four 16-bit pieces must be uniform
+    # (a 63-bit draw, torch's default random_(), would keep every fourth entry more often).
+    torch.manual_seed(1)
+    out = fast_dropout(torch.ones(100_000, 4), 0.5)  # column k: piece k of each draw
+    for column in (out == 0).float().mean(dim=0).tolist():
+        assert sigmas(column, 0.5, 100_000) < 5
+    torch.manual_seed(2)
+    odd = fast_dropout(torch.ones(3, 7, 5), 0.3)  # a size that is not a multiple of four
+    assert odd.shape == (3, 7, 5) and ((odd == 0) | (odd > 1)).all()
+
+
+def test_dropout_gradient_is_the_mask_times_the_scale():
+    x = torch.randn(64, 32, requires_grad=True)
+    torch.manual_seed(3)
+    out = fast_dropout(x, 0.2)
+    out.backward(torch.ones_like(out))
+    kept = out != 0
+    scale = 1 / (1 - round(0.2 * 65536) / 65536)
+    assert torch.equal(x.grad, kept.float() * scale)
+    assert torch.allclose(out, x * kept * scale)
+
+
+def test_dropout_is_the_identity_in_eval_and_at_p_zero():
+    x = torch.randn(5, 6)
+    assert fast_dropout(x, 0.3, training=False) is x and fast_dropout(x, 0.0) is x
+    layer = FastDropout(0.3).eval()
+    assert layer(x) is x
+
+
+def test_dropout_repeats_under_the_same_seed_and_keeps_dtype_and_layout():
+    x = torch.randn(8, 16, 12).transpose(1, 2)  # not contiguous
+    torch.manual_seed(5)
+    first = fast_dropout(x, 0.25)
+    torch.manual_seed(5)
+    assert torch.equal(first, fast_dropout(x, 0.25))
+    assert first.shape == x.shape and torch.equal(first != 0, (first != 0) & (x != 0))
+    for dtype in (torch.bfloat16, torch.float16, torch.float64):
+        assert fast_dropout(x.to(dtype), 0.25).dtype == dtype
+
+
+def test_fast_dropout_module_is_an_nn_dropout_that_uses_it():
+    layer = FastDropout(0.25)
+    assert isinstance(layer, torch.nn.Dropout) and layer.p == 0.25 and layer.training
+    x = torch.randn(10, 10)
+    torch.manual_seed(6)
+    expected = fast_dropout(x, 0.25)
+    torch.manual_seed(6)
+    assert torch.equal(layer(x), expected)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, float("nan"), "0.1", True])
+def test_dropout_refuses_a_bad_p(p):
+    with pytest.raises(ValueError, match="p must be a number in"):
+        fast_dropout(torch.ones(3), p)
+    with pytest.raises(ValueError, match="p must be a number in"):
+        FastDropout(p)
+
+
+def test_dropout_refuses_integer_input():
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        fast_dropout(torch.ones(3, dtype=torch.long), 0.1)
+
+
+def test_speed_up_swaps_every_nn_dropout_and_nothing_else():
+    torch.manual_seed(0)
+    model = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                        d_ff=32, dropout=0.2, max_len=12)
+    plain = copy.deepcopy(model)
+    assert speed_up(model) is model
+    before = [type(m) for m in plain.modules()]
+    after = [type(m) for m in model.modules()]
+    assert len(before) == len(after) and before.count(torch.nn.Dropout) > 0
+    assert after.count(torch.nn.Dropout) == 0
+    assert after.count(FastDropout) == before.count(torch.nn.Dropout)
+    assert all(m.p == 0.2 for m in model.modules() if isinstance(m, FastDropout))
+    changed = sorted(((a, b) for a, b in zip(before, after, strict=True) if a is not b), key=str)
+    assert changed == sorted([(Encoder, PackedEncoder)] + [(torch.nn.Dropout, FastDropout)] * after.count(FastDropout),
+                             key=str)
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), model.state_dict().values(), strict=True))
+    src, tgt = torch.randint(4, 20, (3, 7)), torch.randint(4, 20, (3, 6))
+    with torch.no_grad():  # eval mode: the encoder packs the real positions, to float rounding
+        torch.testing.assert_close(plain.eval()(src, tgt), model.eval()(src, tgt), atol=1e-5, rtol=0)
+
+
+def test_speed_up_trains_with_the_fast_draw():
+    # In training, the model's dropout draws its masks with fast_dropout: reproduce one
+    # feed-forward sublayer's output with the same seed.
+    torch.manual_seed(0)
+    model = speed_up(LanguageModel(30, d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout=0.5, max_len=16))
+    ffn = model.decoder.layers[0].ffn
+    x = torch.randn(2, 5, 16)
+    torch.manual_seed(7)
+    got = ffn.train()(x)
+    torch.manual_seed(7)
+    expected = ffn.linear2(fast_dropout(ffn.activation(ffn.linear1(x)), 0.5))
+    assert torch.equal(got, expected)
+
+
+def test_speed_up_keeps_each_modules_mode_and_refuses_a_non_module():
+    layer = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.1).eval())
+    speed_up(layer)
+    assert isinstance(layer[1], FastDropout) and not layer[1].training
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        speed_up("model")
+
+
+# --- PackedEncoder: the encoder that skips the padding in eval mode -------------------------
+
+ALL_PAD = torch.tensor([[1, 5, 7, 9, 2, 0, 0], [0, 0, 0, 0, 0, 0, 0], [1, 3, 0, 0, 0, 0, 0]])
+TOL = {torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def packed(encoder: Encoder) -> PackedEncoder:
+    """A PackedEncoder holding a copy of encoder's modules."""
+    out = copy.deepcopy(encoder)
+    out.__class__ = PackedEncoder
+    return out
+
+
+@pytest.mark.parametrize("ids", [SRC, ALL_PAD], ids=["padded", "a sentence of padding only"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_packed_encoder_matches_every_position_and_torch(dtype, norm_first, ids):
+    """Eval mode: the memory of the plain path at the real positions, zero at the padding,
+    as nn.TransformerEncoder's nested-tensor path returns it."""
+    torch.manual_seed(3)
+    enc = Encoder(3, D, H, FF, norm_first=norm_first).to(dtype).eval()
+    randomise_norms(enc)
+    fast = packed(enc)
+    x, real = torch.randn(3, 7, D, dtype=dtype), ids != 0
+    with torch.no_grad():
+        plain, skipped = enc(x, padding_mask(ids)), fast(x, padding_mask(ids))
+    assert torch.isfinite(skipped).all()
+    torch.testing.assert_close(skipped[real], plain[real], atol=TOL[dtype], rtol=0)
+    assert torch.equal(skipped[~real], torch.zeros_like(skipped[~real]))
+    if not norm_first:  # PyTorch takes its nested-tensor path for Post-LN stacks
+        ref = torch.nn.TransformerEncoder(torch_encoder_layer(enc.layers[0], "relu", dtype), 3)
+        for ref_layer, layer in zip(ref.layers, enc.layers, strict=True):
+            ref_layer.load_state_dict(torch_encoder_layer(layer, "relu", dtype).state_dict())
+        with torch.no_grad(), warnings.catch_warnings():  # "nested tensors ... prototype", once
+            warnings.simplefilter("ignore", UserWarning)
+            # equal at the padding too: zeros, which only the nested-tensor path gives
+            torch.testing.assert_close(skipped, ref.eval()(x, src_key_padding_mask=~real),
+                                       atol=TOL[dtype], rtol=0)
+
+
+def test_packed_encoder_packs_in_eval_mode_only_and_never_behind_a_hook():
+    torch.manual_seed(4)
+    enc = packed(Encoder(2, D, H, FF, dropout=0.3))
+    plain = copy.deepcopy(enc)
+    plain.__class__ = Encoder
+    x, mask, real = torch.randn(3, 7, D), padding_mask(SRC), SRC != 0
+    torch.manual_seed(0)
+    trained = plain(x, mask)
+    torch.manual_seed(0)
+    assert torch.equal(enc(x, mask), trained)  # training: the plain path, the same masks
+    enc.eval()
+    with torch.no_grad():
+        assert torch.equal(enc(x, mask)[~real], torch.zeros(int((~real).sum()), D))  # skipped
+        seen = []
+        hook = enc.layers[1].self_attn.register_forward_hook(lambda _m, _i, out: seen.append(out))
+        hooked = enc(x, mask)
+        hook.remove()
+        assert len(seen) == 1 and hooked[~real].abs().sum() > 0  # the hook fired: every position
+        torch.testing.assert_close(hooked, plain.eval()(x, mask), atol=0, rtol=0)
+        shapes = []  # a hook on a block (hidden states, say) sees the grid too
+        hook = enc.layers[0].register_forward_pre_hook(lambda _m, args: shapes.append(args[0].shape))
+        enc(x, mask)
+        hook.remove()
+        assert shapes == [(3, 7, D)]
+        # a mask that is not a padding mask [B, 1, 1, S]: the plain path, every position
+        full = torch.ones(3, 1, 7, 7, dtype=torch.bool)
+        torch.testing.assert_close(enc(x, full), plain(x, full), atol=0, rtol=0)
+
+
+def test_packed_encoder_checks_x_and_the_mask():
+    enc = packed(Encoder(1, D, H, FF)).eval()
+    with pytest.raises(ValueError, match=r"x must have shape \[batch, seq, 16\]"):
+        enc(torch.randn(3, 7, D + 1), padding_mask(SRC))
+    with pytest.raises(TypeError, match="float64"):
+        enc(torch.randn(3, 7, D, dtype=torch.float64), padding_mask(SRC))
+    ambiguous = torch.ones(7, 7, dtype=torch.bool)  # [Tq, Tk] or [B, Tk]? with B == 7 it is unclear
+    with pytest.raises(ValueError, match="mask of shape"):  # not a padding mask: the plain path's check
+        enc(torch.randn(7, 7, D), ambiguous)
+    with pytest.raises(TypeError, match="bool"):
+        enc(torch.randn(3, 7, D), padding_mask(SRC).float())
+
+
+def test_speed_up_packs_the_translators_encoder_and_keeps_its_logits():
+    torch.manual_seed(2)
+    model = Transformer(20, 20, d_model=D, num_heads=H, num_encoder_layers=2, num_decoder_layers=1,
+                        d_ff=FF, max_len=12).eval()
+    fast = speed_up(copy.deepcopy(model))
+    assert type(fast.encoder) is PackedEncoder and type(model.encoder) is Encoder
+    src = SRC % 20
+    tgt = torch.tensor([[1, 6, 3, 2], [1, 9, 2, 4], [1, 4, 0, 0]])
+    with torch.no_grad():
+        memory = fast.encode(src)
+        assert torch.equal(memory[src == 0], torch.zeros(int((src == 0).sum()), D))
+        torch.testing.assert_close(memory[src != 0], model.encode(src)[src != 0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(fast(src, tgt), model(src, tgt), atol=1e-5, rtol=0)
