@@ -690,8 +690,8 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int
 
     Args:
         model: maps ids [B, T] to logits [B, T, V]. A model with a `next_token_loss(inputs,
-            labels)` method (the bigram below; section 6's LanguageModel) computes the
-            same loss itself, without building the logits (section 7).
+            labels)` method (the bigram below; chapter 14's SlicedLossLanguageModel)
+            computes the same loss itself, without building the logits.
         batch: (inputs [B, T], labels [B, T]) from random_windows or sequential_windows;
             labels equal to IGNORE_INDEX are skipped.
 
@@ -1126,16 +1126,6 @@ class LanguageModel(PretrainedModel):
         """
         return self.generator(self.hidden_states(ids, caches, start))  # [B, T, V]
 
-    def next_token_loss(self, ids: Tensor, labels: Tensor) -> Tensor:
-        """The mean cross-entropy of labels [B, T] after ids [B, T] (IGNORE_INDEX skipped).
-
-        The number that F.cross_entropy(model(ids), labels) gives, computed by
-        linear_cross_entropy (section 7) a slice of positions at a time: the logits
-        [B, T, V] never exist at once. lm_loss calls it.
-        """
-        hidden = self.hidden_states(ids)  # [B, T, d_model]
-        return linear_cross_entropy(hidden, self.generator.weight, self.generator.bias, labels)
-
     def hidden_states(self, ids: Tensor, caches: list[dict] | None = None, start: int = 0) -> Tensor:
         """The last layer's output, before the output layer: ids [B, T] -> [B, T, d_model].
 
@@ -1181,187 +1171,22 @@ logits = model(batch_inputs)  # [16, 128, V]
 print(f"ids {list(batch_inputs.shape)} -> logits {list(logits.shape)}")
 
 # %% [markdown]
-# ### The loss without the logits
-#
 # Those logits are the largest tensor a training step makes: 16 × 128 × 6,179 scores,
-# 12.7 million floats, 51 MB, more than the whole model's weights. The loss then reads them
-# to take a log-softmax (another tensor of that size), the backward pass writes a gradient
-# of that size, and each of these trips to memory takes longer than the arithmetic on the
-# way. Yet the loss needs one number per position, and the gradient that flows back
-# into the network is only [16, 128, 192].
-#
-# So we compute the loss a slice of positions at a time, and its gradients with it. For
-# 128 positions we form their logits (128 × 6,179 floats, 3.2 MB, which stays in the
-# processor's cache), take the loss of each row, $\log \sum_j e^{z_j} - z_y$, and, since
-# we are there, the gradient of the mean loss with respect to the logits, which is
-# softmax minus the one-hot label, divided by the number of counted positions. Chapter
-# 03's matrix products turn that gradient into the gradients of the slice's hidden
-# states, of the output weight and of its bias; then the slice's logits are dropped.
-# Backward only hands back what forward already computed. The arithmetic is the same;
-# the largest tensor is now a slice. This is the one place in the book where we write
-# a backward pass ourselves (`torch.autograd.Function`), and the plain version is the
-# reference it must match: `F.cross_entropy(F.linear(hidden, weight, bias), labels)`.
-# `LanguageModel.next_token_loss` calls it, and `lm_loss` of section 4 calls that for
-# a LanguageModel. (The bigram has a `next_token_loss` too, which reads each position's
-# loss straight from its table; any other model keeps the plain path.)
+# 51 MB, more than the whole model's weights (appendix 14 computes the loss without
+# them). The untrained model's loss on this batch, and its perplexity on the validation
+# sample:
 
 # %%
-#| export
-from torch.autograd.function import once_differentiable
-
-
-class LinearCrossEntropy(torch.autograd.Function):
-    """cross_entropy(hidden @ weight.T + bias, labels), a slice of rows at a time, gradients included.
-
-    forward(hidden [N, d], weight [V, d], bias [V] or None, labels [N], chunk_size) returns
-    the mean loss over the labels that are not IGNORE_INDEX; backward returns the gradients
-    that forward computed on the way. Call it through linear_cross_entropy, which checks
-    its arguments.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,  # type: ignore[override]
-                chunk_size: int) -> Tensor:
-        counted = (labels != IGNORE_INDEX).sum().clamp(min=1)  # the mean's denominator
-        grads = any(ctx.needs_input_grad[:3])  # False under torch.no_grad: the loss only
-        grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)  # [N, d], [V, d]
-        grad_bias = None if bias is None else torch.zeros_like(bias)  # [V]
-        total = hidden.new_zeros(())
-        for start in range(0, len(hidden), chunk_size):
-            rows = slice(start, start + chunk_size)
-            h, y = hidden[rows], labels[rows]  # [c, d], [c]
-            logits = F.linear(h, weight, bias)  # [c, V]: the only scores that exist at once
-            weights = (y != IGNORE_INDEX).to(h.dtype) / counted  # [c]: each row's share of the mean, 0 if skipped
-            y = y.masked_fill(y == IGNORE_INDEX, 0)  # any id: those rows weigh 0
-            target = logits.gather(1, y[:, None])  # [c, 1]: z_y
-            top = logits.amax(dim=1, keepdim=True)  # [c, 1], subtracted so that exp cannot overflow
-            exps = logits.sub_(top).exp_()  # [c, V]: e^(z - top), in place of the logits
-            sums = exps.sum(dim=1, keepdim=True)  # [c, 1]
-            losses = top + sums.log() - target  # [c, 1]: log sum_j e^(z_j) - z_y
-            total += (losses.squeeze(1) * weights).sum()
-            if grads:  # d(mean loss)/d(logits) = (softmax - one_hot(y)) * weight of the row
-                grad_logits = exps.mul_(weights[:, None] / sums)  # [c, V]: softmax * weight
-                grad_logits.scatter_add_(1, y[:, None], -weights[:, None])  # minus one_hot * weight
-                torch.mm(grad_logits, weight, out=grad_hidden[rows])  # [c, d]
-                grad_weight.addmm_(grad_logits.T, h)  # [V, d] += [V, c] @ [c, d]
-                if grad_bias is not None:
-                    grad_bias += grad_logits.sum(dim=0)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        return total  # the weighted sum is the mean
-
-    @staticmethod
-    @once_differentiable  # its gradients are numbers from forward, not a graph to differentiate again
-    def backward(ctx, grad_loss: Tensor):  # type: ignore[override]
-        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors  # d(loss)/d(each), from forward
-        return (grad_hidden * grad_loss, grad_weight * grad_loss,
-                None if grad_bias is None else grad_bias * grad_loss, None, None)
-
-
-def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
-                         chunk_size: int = 128) -> Tensor:
-    """The mean of F.cross_entropy(F.linear(hidden, weight, bias), labels), IGNORE_INDEX skipped,
-    without the logits [..., V]: chunk_size positions at a time (LinearCrossEntropy).
-
-    Args:
-        hidden: [..., d], floating point (float16 and bfloat16 are computed in float32,
-            also under autocast, as lm_loss computes the softmax).
-        weight: the output layer's weight [V, d]; bias: its bias [V], or None.
-        labels: ids [...] (hidden's leading axes), each in [0, V) or IGNORE_INDEX.
-        chunk_size: positions per slice, > 0 (default 128: 128 x V floats stay in cache).
-
-    Returns:
-        The mean cross-entropy over the counted labels, a scalar tensor (0 if none counts).
-
-    Raises:
-        ValueError: a shape does not fit, a label is out of range, or chunk_size is not a
-            positive int.
-        TypeError: hidden, weight or bias is not floating point, or labels are not integers.
-    """
-    _check_int("chunk_size", chunk_size)
-    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias)):
-        if t is not None and not (isinstance(t, Tensor) and t.is_floating_point()):
-            raise TypeError(f"{name} must be a floating-point tensor, got "
-                            f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
-    if weight.dim() != 2 or hidden.dim() < 1 or hidden.size(-1) != weight.size(1):
-        raise ValueError(f"hidden [..., d] and weight [V, d] must share d, got {tuple(hidden.shape)} "
-                         f"and {tuple(weight.shape)}")
-    if bias is not None and tuple(bias.shape) != (weight.size(0),):
-        raise ValueError(f"bias must have shape [V={weight.size(0)}], got {tuple(bias.shape)}")
-    if not isinstance(labels, Tensor) or labels.dtype not in (torch.long, torch.int32):
-        raise TypeError(f"labels must be an integer (long) tensor of ids, got "
-                        f"{labels.dtype if isinstance(labels, Tensor) else type(labels).__name__}")
-    if labels.shape != hidden.shape[:-1]:
-        raise ValueError(f"labels must have hidden's leading shape {list(hidden.shape[:-1])}, "
-                         f"got {list(labels.shape)}")
-    counted = labels[labels != IGNORE_INDEX]
-    if len(counted) and (int(counted.min()) < 0 or int(counted.max()) >= weight.size(0)):
-        raise ValueError(f"labels must be ids in [0, {weight.size(0) - 1}] or IGNORE_INDEX={IGNORE_INDEX}")
-    dtype = torch.promote_types(hidden.dtype, torch.float32)  # float32, or float64 if given
-    with torch.autocast(hidden.device.type, enabled=False):  # the softmax in full precision
-        loss = LinearCrossEntropy.apply(hidden.flatten(0, -2).to(dtype), weight.to(dtype),
-                                        None if bias is None else bias.to(dtype), labels.flatten().long(),
-                                        chunk_size)
-    return loss
-
-# %% [markdown]
-# The plain loss and the sliced one on the batch above, with the gradients of every
-# weight of the model, and each one's largest tensor:
-
-# %%
-def loss_and_grads(next_token_loss) -> tuple[float, list[Tensor]]:
-    """A loss of model on the batch, and the gradient of each of its weights."""
-    model.zero_grad(set_to_none=True)
-    loss = next_token_loss()
-    loss.backward()
-    return loss.item(), [p.grad.clone() for p in model.parameters()]
-
-
-def plain_loss() -> Tensor:  # the reference: the whole [16, 128, V] logits
-    return F.cross_entropy(model(batch_inputs).flatten(0, 1), batch_labels.flatten(), ignore_index=IGNORE_INDEX)
-
-
-plain_value, plain_grads = loss_and_grads(plain_loss)
-sliced_value, sliced_grads = loss_and_grads(lambda: model.next_token_loss(batch_inputs, batch_labels))
-gap = max(float((a - b).abs().max()) for a, b in zip(sliced_grads, plain_grads, strict=True))
-largest = max(float(b.abs().max()) for b in plain_grads)
-bound = 10.0 ** math.ceil(math.log10(gap / largest))  # the power of ten just above the relative gap
-print(f"loss: plain {plain_value:.4f}, sliced {sliced_value:.4f}; gradients of {len(plain_grads)} weights: "
-      f"every difference below {bound:.0e} x the largest gradient")
-print(f"largest tensor of the loss: plain {logits.numel() * 4 / 1e6:.0f} MB (the logits), "
-      f"sliced {128 * len(vocab) * 4 / 1e6:.1f} MB (128 positions' logits)")
-assert abs(plain_value - sliced_value) < 1e-4 and gap < 1e-5 * largest
-model.zero_grad(set_to_none=True)
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-import time
-
-losses = {"plain": plain_loss, "sliced": lambda: model.next_token_loss(batch_inputs, batch_labels)}
-cpu_seconds: dict[str, list[float]] = {name: [] for name in losses}
-for _ in range(6):  # taking turns, so that a change of the machine's load hits both
-    for name, loss_of_batch in losses.items():
-        start = time.process_time()
-        loss_of_batch().backward()
-        cpu_seconds[name].append(time.process_time() - start)
-plain_ms, sliced_ms = (1e3 * sorted(cpu_seconds[name][1:])[2] for name in losses)  # median, first round dropped
-print(f"forward and backward of the model with its loss, CPU time: plain {plain_ms:.0f} ms, "
-      f"sliced {sliced_ms:.0f} ms ({sliced_ms / plain_ms:.2f}x)")
-model.zero_grad(set_to_none=True)
-
-# %% [markdown]
-# The loss agrees to float32's rounding and the gradients with it, and the step is
-# shorter by the memory traffic it no longer makes. Chapter 14 puts this step beside
-# Hugging Face's GPT-2 of the same size.
-
-# %%
+untrained_loss, _ = lm_loss(model, (batch_inputs, batch_labels))
 untrained_ppl = perplexity(model, valid_sample, SEQ_LEN)
-print(f"untrained: perplexity {untrained_ppl:,.0f} on the validation sample (a uniform guess: {len(vocab) - 2:,})")
+print(f"untrained: loss {untrained_loss.item():.2f} on the batch above; perplexity {untrained_ppl:,.0f} "
+      f"on the validation sample (a uniform guess: {len(vocab) - 2:,})")
 assert untrained_ppl > baseline["unigram"]["valid"]
 
 # %% [markdown]
 # Untrained, the model is far worse than a uniform guess: perplexity 55,526 against
 # 6,177, that is a cross-entropy of $\ln 55{,}526 \approx 10.9$ against
-# $\ln 6{,}177 \approx 8.7$ (the batch of the previous cells gave a loss of 10.92).
+# $\ln 6{,}177 \approx 8.7$ (the batch above gives a loss of 10.92).
 # Chapter 09's untrained translator was different: its loss, 4.68, was close to the
 # uniform $\ln 80 = 4.38$, a little above it: its bet was spread almost evenly. A
 # cross-entropy above $\ln V$ means worse than uniform: this model is not unsure, it is

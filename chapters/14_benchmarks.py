@@ -29,15 +29,16 @@
 #    measured against it;
 # 4. dropout drawn from 16 random bits;
 # 5. an encoder that skips the padding in eval mode;
-# 6. `speed_up(model)`, which puts both in a model in one call;
-# 7. a training step and an evaluation forward pass of our model against
+# 6. a language model's loss computed without its logits;
+# 7. `speed_up(model)`, which puts these three in a model in one call;
+# 8. a training step and an evaluation forward pass of our model against
 #    `torch.nn.Transformer` of the same size, as ratios;
-# 8. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
+# 9. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
 #    step reaches: its **model FLOPs utilisation** (MFU);
-# 9. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
+# 10. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
 #    batch 1 each new token must read every weight of the decoder once, so no
 #    implementation can go faster than bandwidth / bytes of weights;
-# 10. chapter 11's language model and chapter 08's translator against Hugging Face's
+# 11. chapter 11's language model and chapter 08's translator against Hugging Face's
 #    `transformers` at the same sizes, as ratios.
 #
 # Timings depend on the machine and on whatever else it runs, so every number below sits
@@ -118,7 +119,7 @@ print(f"load     {os.getloadavg()[0]:.1f} (1-minute average of runnable processe
 # ## 2 · How we time
 #
 # `interleaved` runs each function once per round, in turn, after a warm-up, and keeps
-# the CPU seconds of every call (or the wall-clock seconds, when asked: section 10); the
+# the CPU seconds of every call (or the wall-clock seconds, when asked: section 11); the
 # **median** over rounds is the figure we use (half the runs were slower, half faster,
 # so one disturbed run does not move it).
 
@@ -551,7 +552,7 @@ def torch_encoder(stack: Encoder) -> nn.TransformerEncoder:
 torch.manual_seed(0)
 stack = Encoder(3, 64, 4, 128).eval()
 packed_stack = copy.deepcopy(stack)
-packed_stack.__class__ = PackedEncoder  # what speed_up does (section 6): same modules, other forward
+packed_stack.__class__ = PackedEncoder  # what speed_up does (section 7): same modules, other forward
 lengths = torch.randint(16, 33, (16,))  # 16 sentences of 16 to 32 tokens
 real = torch.arange(32)[None, :] < lengths[:, None]  # [16, 32]: True at the real positions
 x_batch = torch.randn(16, 32, 64)
@@ -579,7 +580,7 @@ assert torch.equal(trained_plain, trained_packed)
 
 # %% [markdown]
 # Not bit for bit: the matrix multiplies see other shapes, and sum in another order. What
-# the packed path saves, at the size of section 7 below (3 layers of width 256, 8 heads,
+# the packed path saves, at the size of section 8 below (3 layers of width 256, 8 heads,
 # $d_{ff}$ 1024; 32 sentences of 32 to 64 tokens), the two paths interleaved:
 
 # %%
@@ -601,11 +602,213 @@ print(f"every position {encoder_times['plain'] * 1e3:.1f} ms, real positions onl
 assert encoder_times["packed"] < encoder_times["plain"]
 
 # %% [markdown]
-# ## 6 · `speed_up`: the speed paths in one call
+# ## 6 · The loss without the logits
+#
+# At chapter 11's size the logits are the largest tensor a language model's training step
+# makes: 16 × 128 × 6,179 scores, 12.7 million floats, 51 MB, more than the whole model's
+# weights. The loss then reads them to take a log-softmax (another tensor of that size),
+# the backward pass writes a gradient of that size, and each of these trips to memory
+# takes longer than the arithmetic on the way. Yet the loss needs one number per
+# position, and the gradient that flows back into the network is only [16, 128, 192].
+#
+# So we compute the loss a slice of positions at a time, and its gradients with it. For
+# 128 positions we form their logits (128 × 6,179 floats, 3.2 MB, which stays in the
+# processor's cache), take the loss of each row, $\log \sum_j e^{z_j} - z_y$, and, since
+# we are there, the gradient of the mean loss with respect to the logits, which is
+# softmax minus the one-hot label, divided by the number of counted positions. Chapter
+# 03's matrix products turn that gradient into the gradients of the slice's hidden
+# states, of the output weight and of its bias; then the slice's logits are dropped.
+# Backward only hands back what forward already computed. The arithmetic is the same;
+# the largest tensor is now a slice. This is the one place in the book where we write
+# a backward pass ourselves (`torch.autograd.Function`), and the plain version is the
+# reference it must match: `F.cross_entropy(F.linear(hidden, weight, bias), labels)`.
+# `SlicedLossLanguageModel`, chapter 11's `LanguageModel` with a `next_token_loss`
+# method, calls it, and chapter 11's `lm_loss` calls that method when a model has one
+# (the bigram has one too, which reads each position's loss straight from its table).
+
+# %%
+#| export fast
+from torch.autograd.function import once_differentiable
+
+from transformer.embedding import _check_int
+from transformer.training import IGNORE_INDEX
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """cross_entropy(hidden @ weight.T + bias, labels), a slice of rows at a time, gradients included.
+
+    forward(hidden [N, d], weight [V, d], bias [V] or None, labels [N], chunk_size) returns
+    the mean loss over the labels that are not IGNORE_INDEX; backward returns the gradients
+    that forward computed on the way. Call it through linear_cross_entropy, which checks
+    its arguments.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,  # type: ignore[override]
+                chunk_size: int) -> Tensor:
+        counted = (labels != IGNORE_INDEX).sum().clamp(min=1)  # the mean's denominator
+        grads = any(ctx.needs_input_grad[:3])  # False under torch.no_grad: the loss only
+        grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)  # [N, d], [V, d]
+        grad_bias = None if bias is None else torch.zeros_like(bias)  # [V]
+        total = hidden.new_zeros(())
+        for start in range(0, len(hidden), chunk_size):
+            rows = slice(start, start + chunk_size)
+            h, y = hidden[rows], labels[rows]  # [c, d], [c]
+            logits = F.linear(h, weight, bias)  # [c, V]: the only scores that exist at once
+            weights = (y != IGNORE_INDEX).to(h.dtype) / counted  # [c]: each row's share of the mean, 0 if skipped
+            y = y.masked_fill(y == IGNORE_INDEX, 0)  # any id: those rows weigh 0
+            target = logits.gather(1, y[:, None])  # [c, 1]: z_y
+            top = logits.amax(dim=1, keepdim=True)  # [c, 1], subtracted so that exp cannot overflow
+            exps = logits.sub_(top).exp_()  # [c, V]: e^(z - top), in place of the logits
+            sums = exps.sum(dim=1, keepdim=True)  # [c, 1]
+            losses = top + sums.log() - target  # [c, 1]: log sum_j e^(z_j) - z_y
+            total += (losses.squeeze(1) * weights).sum()
+            if grads:  # d(mean loss)/d(logits) = (softmax - one_hot(y)) * weight of the row
+                grad_logits = exps.mul_(weights[:, None] / sums)  # [c, V]: softmax * weight
+                grad_logits.scatter_add_(1, y[:, None], -weights[:, None])  # minus one_hot * weight
+                torch.mm(grad_logits, weight, out=grad_hidden[rows])  # [c, d]
+                grad_weight.addmm_(grad_logits.T, h)  # [V, d] += [V, c] @ [c, d]
+                if grad_bias is not None:
+                    grad_bias += grad_logits.sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        return total  # the weighted sum is the mean
+
+    @staticmethod
+    @once_differentiable  # its gradients are numbers from forward, not a graph to differentiate again
+    def backward(ctx, grad_loss: Tensor):  # type: ignore[override]
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors  # d(loss)/d(each), from forward
+        return (grad_hidden * grad_loss, grad_weight * grad_loss,
+                None if grad_bias is None else grad_bias * grad_loss, None, None)
+
+
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
+                         chunk_size: int = 128) -> Tensor:
+    """The mean of F.cross_entropy(F.linear(hidden, weight, bias), labels), IGNORE_INDEX skipped,
+    without the logits [..., V]: chunk_size positions at a time (LinearCrossEntropy).
+
+    Args:
+        hidden: [..., d], floating point (float16 and bfloat16 are computed in float32,
+            also under autocast, as lm_loss computes the softmax).
+        weight: the output layer's weight [V, d]; bias: its bias [V], or None.
+        labels: ids [...] (hidden's leading axes), each in [0, V) or IGNORE_INDEX.
+        chunk_size: positions per slice, > 0 (default 128: 128 x V floats stay in cache).
+
+    Returns:
+        The mean cross-entropy over the counted labels, a scalar tensor (0 if none counts).
+
+    Raises:
+        ValueError: a shape does not fit, a label is out of range, or chunk_size is not a
+            positive int.
+        TypeError: hidden, weight or bias is not floating point, or labels are not integers.
+    """
+    _check_int("chunk_size", chunk_size)
+    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias)):
+        if t is not None and not (isinstance(t, Tensor) and t.is_floating_point()):
+            raise TypeError(f"{name} must be a floating-point tensor, got "
+                            f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
+    if weight.dim() != 2 or hidden.dim() < 1 or hidden.size(-1) != weight.size(1):
+        raise ValueError(f"hidden [..., d] and weight [V, d] must share d, got {tuple(hidden.shape)} "
+                         f"and {tuple(weight.shape)}")
+    if bias is not None and tuple(bias.shape) != (weight.size(0),):
+        raise ValueError(f"bias must have shape [V={weight.size(0)}], got {tuple(bias.shape)}")
+    if not isinstance(labels, Tensor) or labels.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"labels must be an integer (long) tensor of ids, got "
+                        f"{labels.dtype if isinstance(labels, Tensor) else type(labels).__name__}")
+    if labels.shape != hidden.shape[:-1]:
+        raise ValueError(f"labels must have hidden's leading shape {list(hidden.shape[:-1])}, "
+                         f"got {list(labels.shape)}")
+    counted = labels[labels != IGNORE_INDEX]
+    if len(counted) and (int(counted.min()) < 0 or int(counted.max()) >= weight.size(0)):
+        raise ValueError(f"labels must be ids in [0, {weight.size(0) - 1}] or IGNORE_INDEX={IGNORE_INDEX}")
+    dtype = torch.promote_types(hidden.dtype, torch.float32)  # float32, or float64 if given
+    with torch.autocast(hidden.device.type, enabled=False):  # the softmax in full precision
+        loss = LinearCrossEntropy.apply(hidden.flatten(0, -2).to(dtype), weight.to(dtype),
+                                        None if bias is None else bias.to(dtype), labels.flatten().long(),
+                                        chunk_size)
+    return loss
+
+
+from transformer.lm import LanguageModel
+
+
+class SlicedLossLanguageModel(LanguageModel):
+    """Chapter 11's LanguageModel whose loss never builds the logits [B, T, V].
+
+    The same modules and state dict; `speed_up` turns a LanguageModel into one.
+    """
+
+    def next_token_loss(self, ids: Tensor, labels: Tensor) -> Tensor:
+        """The mean cross-entropy of labels [B, T] after ids [B, T] (IGNORE_INDEX skipped).
+
+        The number that F.cross_entropy(model(ids), labels) gives, computed by
+        linear_cross_entropy a slice of positions at a time. lm_loss calls it.
+        """
+        hidden = self.hidden_states(ids)  # [B, T, d_model]
+        return linear_cross_entropy(hidden, self.generator.weight, self.generator.bias, labels)
+
+
+# %% [markdown]
+# The plain loss and the sliced one on a batch of 16 windows of 128 random ids at
+# chapter 11's size, with the gradients of every weight of the model, and each one's
+# largest tensor:
+
+# %%
+from transformer.fast import SlicedLossLanguageModel
+from transformer.lm import lm_loss
+
+torch.manual_seed(0)
+LM_SIZE = dict(vocab_size=6179, d_model=192, num_heads=4, num_layers=4, d_ff=768, dropout=0.0, max_len=256)
+lm = LanguageModel(**LM_SIZE)
+sliced_lm = copy.deepcopy(lm)
+sliced_lm.__class__ = SlicedLossLanguageModel  # what speed_up does: same modules, one method more
+windows = torch.randint(3, LM_SIZE["vocab_size"], (16, 129))
+lm_batch = (windows[:, :-1], windows[:, 1:])  # inputs, labels [16, 128]
+
+
+def loss_and_grads(model: nn.Module) -> tuple[float, list[Tensor]]:
+    """lm_loss of model on the batch, and the gradient of each of its weights."""
+    model.zero_grad(set_to_none=True)
+    loss, _ = lm_loss(model, lm_batch)
+    loss.backward()
+    return loss.item(), [p.grad.clone() for p in model.parameters()]
+
+
+plain_value, plain_grads = loss_and_grads(lm)
+sliced_value, sliced_grads = loss_and_grads(sliced_lm)
+gap = max(float((a - b).abs().max()) for a, b in zip(sliced_grads, plain_grads, strict=True))
+largest = max(float(b.abs().max()) for b in plain_grads)
+bound = 10.0 ** math.ceil(math.log10(gap / largest))  # the power of ten just above the relative gap
+print(f"loss: plain {plain_value:.4f}, sliced {sliced_value:.4f}; gradients of {len(plain_grads)} weights: "
+      f"every difference below {bound:.0e} x the largest gradient")
+print(f"largest tensor of the loss: plain {16 * 128 * 6179 * 4 / 1e6:.0f} MB (the logits), "
+      f"sliced {128 * 6179 * 4 / 1e6:.1f} MB (128 positions' logits)")
+assert abs(plain_value - sliced_value) < 1e-4 and gap < 1e-5 * largest
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def backward_of(model: nn.Module) -> Callable[[], None]:
+    """Forward and backward of model with lm_loss on the batch (the same weights stay)."""
+    def step() -> None:
+        lm_loss(model, lm_batch)[0].backward()
+        model.zero_grad(set_to_none=True)
+    return step
+
+
+loss_times = interleaved({"plain": backward_of(lm), "sliced": backward_of(sliced_lm)}, repeats=5)
+print(f"forward and backward with the loss: plain {loss_times['plain'] * 1e3:.0f} ms, sliced "
+      f"{loss_times['sliced'] * 1e3:.0f} ms ({loss_times['sliced'] / loss_times['plain']:.2f} of the time)")
+
+# %%
+assert loss_times["sliced"] < loss_times["plain"]
+
+# %% [markdown]
+# ## 7 · `speed_up`: the speed paths in one call
 #
 # A model gets this chapter's speed paths from one call, `speed_up(model)`, which changes
 # the model in place and returns it: every `nn.Dropout` becomes a `FastDropout` with the
-# same $p$, and every chapter 07 `Encoder` a `PackedEncoder`. The parameters and the
+# same $p$, every chapter 07 `Encoder` a `PackedEncoder`, and every chapter 11
+# `LanguageModel` a `SlicedLossLanguageModel`. The parameters and the
 # state dict stay as they were, and so do the eval-mode outputs, to float rounding.
 # (PyTorch's fused attention kernel needs no call: chapter 05's `attend` takes it
 # whenever it applies, section 3.)
@@ -623,7 +826,8 @@ def speed_up(model: _ModuleT) -> _ModuleT:
     Every nn.Dropout (of exactly that class) becomes a FastDropout with the same p and
     mode: the same law, drawn faster on the CPU. Every Encoder (chapter 07) becomes a
     PackedEncoder: the same modules, which in eval mode compute the real source positions
-    only. Parameters and buffers are untouched.
+    only. Every LanguageModel (chapter 11) becomes a SlicedLossLanguageModel, whose loss
+    never builds the logits. Parameters and buffers are untouched.
 
     Args:
         model: any torch module (the book's Transformer or LanguageModel, or a part of one).
@@ -637,8 +841,10 @@ def speed_up(model: _ModuleT) -> _ModuleT:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     for parent in list(model.modules()):
-        if type(parent) is Encoder:
-            parent.__class__ = PackedEncoder  # the same modules and state; only forward differs
+        if type(parent) is Encoder:  # the same modules and state; only forward differs
+            parent.__class__ = PackedEncoder
+        elif type(parent) is LanguageModel:  # the same, with next_token_loss added
+            parent.__class__ = SlicedLossLanguageModel
         for name, child in list(parent.named_children()):
             if type(child) is nn.Dropout:
                 setattr(parent, name, FastDropout(child.p).train(child.training))
@@ -646,7 +852,7 @@ def speed_up(model: _ModuleT) -> _ModuleT:
 
 
 # %% [markdown]
-# On the translator's size of section 7 below, one training step with chapter 02's
+# On the translator's size of section 8 below, one training step with chapter 02's
 # `nn.Dropout` and one after `speed_up` (the same weights), interleaved:
 
 # %%
@@ -694,7 +900,7 @@ print(f"forward + backward: nn.Dropout {step_times['plain'] * 1e3:.0f} ms, after
 assert step_times["speed_up"] < step_times["plain"]
 
 # %% [markdown]
-# ## 7 · Against `torch.nn.Transformer`
+# ## 8 · Against `torch.nn.Transformer`
 #
 # `torch.nn.Transformer` takes embedded vectors and returns decoder states, so the
 # reference gets what ours has built in: token embeddings scaled by
@@ -877,7 +1083,7 @@ assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # a large re
 # The assertion above only guards against a large regression: a busy machine moves these
 # ratios by tens of percent.
 #
-# ## 8 · The GEMM peak and the model FLOPs utilisation
+# ## 9 · The GEMM peak and the model FLOPs utilisation
 #
 # Almost all the arithmetic of a Transformer is matrix multiplication, so the fastest a
 # training step can run is set by the machine's matrix-multiply speed. We measure it on
@@ -955,7 +1161,7 @@ assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak
 # 51% to 61% of the GEMM peak in three runs on the quiet 2-core machine this book is built
 # on (the peak itself moved by a fifth between runs). Run both to compare on your machine.
 #
-# ## 9 · Decoding against the memory-bandwidth bound
+# ## 10 · Decoding against the memory-bandwidth bound
 #
 # Generating one token at batch 1 multiplies one vector by every weight matrix of the
 # decoder: each weight is read from memory once and used for one multiply-add. The
@@ -1096,7 +1302,7 @@ assert products > measured  # the products alone are faster than the whole step
 # too much between runs (up to 1.8 times, as said above), and the assertion only asks
 # that decoding stay below it, up to timing noise.
 #
-# ## 10 · Against the libraries a user would pick instead
+# ## 11 · Against the libraries a user would pick instead
 #
 # An engineer who knows Hugging Face would reach for `transformers`: `GPT2LMHeadModel`
 # instead of chapter 11's language model, `MarianMTModel` instead of chapter 08's
@@ -1318,7 +1524,7 @@ if HF_VERSION is not None:  # guards a large regression only: single ratios move
 # summary gives the ranges that `tools/bench_peers.py` measured over many runs, and where
 # the differences come from.
 #
-# ## 11 · Figures
+# ## 12 · Figures
 
 # %%
 #| fig-cap: The benchmarks of this appendix, as measured on the machine that ran it (they vary
@@ -1369,11 +1575,12 @@ else:
     print("no comparison with Hugging Face here: transformers is not installed")
 
 # %% [markdown]
-# ## 12 · Summary
+# ## 13 · Summary
 #
 # * `transformer.speed_up(model)` turns on the speed paths that change how a model
-#   computes (`FastDropout` for every `nn.Dropout`, `PackedEncoder` for every `Encoder`),
-#   in place; the fused attention kernel needs no call.
+#   computes (`FastDropout` for every `nn.Dropout`, `PackedEncoder` for every `Encoder`,
+#   `SlicedLossLanguageModel` for every `LanguageModel`), in place; the fused attention
+#   kernel needs no call.
 # * The package exports these helpers as `transformer.benchmarks` (`machine_info`,
 #   `interleaved`, `TorchReference`, `train_step_flops`, `gemm_flops_per_second`,
 #   `bytes_per_token`, `bandwidth_bytes_per_second`); `tools/bench_model.py` runs them at
@@ -1384,7 +1591,7 @@ else:
 #   at batch 1.
 # * Each number is printed with the machine it ran on, and guarded by an assertion with a
 #   margin wide enough for a busy machine.
-# * Against Hugging Face (section 10; `tools/bench_peers.py`, five interleaved repeats in
+# * Against Hugging Face (section 11; `tools/bench_peers.py`, five interleaved repeats in
 #   each of five rounds, 2 threads), on the 2-core machine this book is built on, whose
 #   speed changed by a third within the hour, the ratios ours / theirs were, over the
 #   runs of one day: the language model's training step 0.85 to 0.95 against GPT-2 at
@@ -1394,10 +1601,10 @@ else:
 #   forward 0.82 to 0.92 against `torch.nn.Transformer` (0.84 to 1.03 with an encoder
 #   that computes the padding too). Ours was faster in every comparison; the ranges show
 #   how far single runs spread, by up to 0.10 (0.85 to 0.95) for one comparison. This
-#   page's own run in section 10, three repeats each, moves further from run to run than
+#   page's own run in section 11, three repeats each, moves further from run to run than
 #   these medians of five rounds.
 # * Where the differences come from. The language model's loss never builds its logits:
-#   chapter 11's `linear_cross_entropy` takes the cross-entropy and its gradients 128
+#   `linear_cross_entropy` (section 6) takes the cross-entropy and its gradients 128
 #   positions at a time, and at chapter 11's size, where the [16, 128, 6179] logits are the
 #   largest tensor of a step, a loss that builds them makes the step even with GPT-2's;
 #   without them it takes about 0.88 of GPT-2's time. Generation leaves out masks that

@@ -6,12 +6,20 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 from test_blocks import FF, SRC, D, H, randomise_norms, torch_encoder_layer
 
 from transformer import FastDropout, LanguageModel, Transformer, speed_up
 from transformer.blocks import Encoder
-from transformer.fast import PackedEncoder, fast_dropout
+from transformer.fast import (
+    PackedEncoder,
+    SlicedLossLanguageModel,
+    fast_dropout,
+    linear_cross_entropy,
+)
+from transformer.lm import lm_loss
 from transformer.masks import padding_mask
+from transformer.training import IGNORE_INDEX
 
 # --- fast_dropout: nn.Dropout's law with a cheaper draw on the CPU ---------------------------
 
@@ -235,3 +243,92 @@ def test_speed_up_packs_the_translators_encoder_and_keeps_its_logits():
         assert torch.equal(memory[src == 0], torch.zeros(int((src == 0).sum()), D))
         torch.testing.assert_close(memory[src != 0], model.encode(src)[src != 0], atol=1e-5, rtol=0)
         torch.testing.assert_close(fast(src, tgt), model(src, tgt), atol=1e-5, rtol=0)
+
+
+# --- the loss without the logits (linear_cross_entropy) ----------------------------
+
+def _plain_and_sliced(hidden, weight, bias, labels, chunk_size):
+    """(loss, grads of hidden, weight, bias) of the plain loss and of the sliced one."""
+    results = []
+    for sliced in (False, True):
+        leaves = [t.detach().clone().requires_grad_() if t is not None else None for t in (hidden, weight, bias)]
+        h, w, b = leaves
+        if sliced:
+            loss = linear_cross_entropy(h, w, b, labels, chunk_size=chunk_size)
+        else:
+            loss = F.cross_entropy(F.linear(h, w, b).flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX)
+        loss.backward()
+        results.append((loss.detach(), [None if t is None else t.grad for t in leaves]))
+    return results
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 7, 128])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_cross_entropy_is_the_plain_loss_with_its_gradients(chunk_size, with_bias):
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 5, 6, generator=g, dtype=torch.float64)
+    weight = torch.randn(11, 6, generator=g, dtype=torch.float64)
+    bias = torch.randn(11, generator=g, dtype=torch.float64) if with_bias else None
+    labels = torch.randint(0, 11, (2, 5), generator=g)
+    labels[0, 1] = labels[1, 4] = IGNORE_INDEX  # skipped: neither the mean nor the gradients count them
+    (plain, plain_grads), (sliced, sliced_grads) = _plain_and_sliced(hidden, weight, bias, labels, chunk_size)
+    # float64 in, float64 inside: agreement to float64's rounding
+    assert sliced.dtype == torch.float64 and sliced.item() == pytest.approx(plain.item(), rel=1e-12)
+    for got, want in zip(sliced_grads, plain_grads, strict=True):
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert got.dtype == want.dtype and torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_linear_cross_entropy_scales_with_the_gradient_it_is_given():
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(4, 3, generator=g, requires_grad=True)
+    weight = torch.randn(5, 3, generator=g, requires_grad=True)
+    labels = torch.tensor([0, 4, 2, 1])
+    (3.0 * linear_cross_entropy(hidden, weight, None, labels)).backward()
+    sliced = hidden.grad.clone()
+    hidden.grad = None
+    (3.0 * F.cross_entropy(hidden @ weight.T, labels)).backward()
+    assert torch.allclose(sliced, hidden.grad, atol=1e-6)
+
+
+def test_linear_cross_entropy_without_grad_and_under_autocast():
+    g = torch.Generator().manual_seed(2)
+    hidden, weight, bias = torch.randn(6, 8, generator=g), torch.randn(9, 8, generator=g), torch.randn(9, generator=g)
+    labels = torch.randint(0, 9, (6,), generator=g)
+    want = F.cross_entropy(F.linear(hidden, weight, bias), labels)
+    with torch.no_grad():
+        assert linear_cross_entropy(hidden, weight, bias, labels).item() == pytest.approx(want.item(), rel=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # computed in float32 all the same
+        got = linear_cross_entropy(hidden.bfloat16(), weight, bias, labels)
+    assert got.dtype == torch.float32
+    assert got.item() == pytest.approx(F.cross_entropy(F.linear(hidden.bfloat16().float(), weight, bias),
+                                                       labels).item(), rel=1e-6)
+
+
+def test_linear_cross_entropy_of_no_counted_label_is_zero_not_nan():
+    loss = linear_cross_entropy(torch.randn(3, 4), torch.randn(5, 4), None, torch.full((3,), IGNORE_INDEX))
+    assert loss.item() == 0.0
+
+
+def test_lm_loss_of_a_sped_up_language_model_never_builds_the_logits():
+    torch.manual_seed(0)
+    vocab_size = 23
+    model = speed_up(LanguageModel(vocab_size, d_model=16, num_heads=2, num_layers=1, dropout=0.0))
+    assert type(model) is SlicedLossLanguageModel
+    inputs = torch.randint(3, vocab_size, (4, 12), generator=torch.Generator().manual_seed(1))
+    labels = torch.roll(inputs, -1, dims=1)
+    labels[0, :2] = IGNORE_INDEX
+    calls = []
+    handle = model.generator.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    loss, _ = lm_loss(model, (inputs, labels))
+    loss.backward()
+    assert calls == []  # the output layer was never called on the whole batch
+    sliced = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    plain = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+    plain.backward()
+    handle.remove()
+    assert calls == [(4, 12, vocab_size)] and loss.item() == pytest.approx(plain.item(), rel=1e-5)
+    for got, p in zip(sliced, model.parameters(), strict=True):
+        assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-6)

@@ -24,7 +24,8 @@ from transformer.fast import speed_up, FastDropout
 from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty, KVCache, StaticKVCache, IncrementalDecoder, translate, Translator, load_translator, UnknownWordsError
 # Training
 from transformer.training import label_smoothed_cross_entropy, shift_targets, translation_loss, noam_lr, make_optimizer, TrainState, train_step, fit, evaluate_loss, IGNORE_INDEX
-from transformer.lm import lm_loss, linear_cross_entropy, perplexity
+from transformer.lm import lm_loss, perplexity
+from transformer.fast import linear_cross_entropy
 from transformer.distributed import load_config, train_from_config
 # Saving and loading
 from transformer.training import save_checkpoint, load_checkpoint, Checkpoint

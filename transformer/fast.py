@@ -172,6 +172,131 @@ def _real_positions(encoder: Encoder, x: Tensor, mask: Tensor | None) -> Tensor 
     return None if hooked else mask[:, 0, 0, :]
 
 # %% chapters/14_benchmarks.ipynb, cell 32
+from torch.autograd.function import once_differentiable
+
+from transformer.embedding import _check_int
+from transformer.training import IGNORE_INDEX
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """cross_entropy(hidden @ weight.T + bias, labels), a slice of rows at a time, gradients included.
+
+    forward(hidden [N, d], weight [V, d], bias [V] or None, labels [N], chunk_size) returns
+    the mean loss over the labels that are not IGNORE_INDEX; backward returns the gradients
+    that forward computed on the way. Call it through linear_cross_entropy, which checks
+    its arguments.
+
+    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,  # type: ignore[override]
+                chunk_size: int) -> Tensor:
+        counted = (labels != IGNORE_INDEX).sum().clamp(min=1)  # the mean's denominator
+        grads = any(ctx.needs_input_grad[:3])  # False under torch.no_grad: the loss only
+        grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)  # [N, d], [V, d]
+        grad_bias = None if bias is None else torch.zeros_like(bias)  # [V]
+        total = hidden.new_zeros(())
+        for start in range(0, len(hidden), chunk_size):
+            rows = slice(start, start + chunk_size)
+            h, y = hidden[rows], labels[rows]  # [c, d], [c]
+            logits = F.linear(h, weight, bias)  # [c, V]: the only scores that exist at once
+            weights = (y != IGNORE_INDEX).to(h.dtype) / counted  # [c]: each row's share of the mean, 0 if skipped
+            y = y.masked_fill(y == IGNORE_INDEX, 0)  # any id: those rows weigh 0
+            target = logits.gather(1, y[:, None])  # [c, 1]: z_y
+            top = logits.amax(dim=1, keepdim=True)  # [c, 1], subtracted so that exp cannot overflow
+            exps = logits.sub_(top).exp_()  # [c, V]: e^(z - top), in place of the logits
+            sums = exps.sum(dim=1, keepdim=True)  # [c, 1]
+            losses = top + sums.log() - target  # [c, 1]: log sum_j e^(z_j) - z_y
+            total += (losses.squeeze(1) * weights).sum()
+            if grads:  # d(mean loss)/d(logits) = (softmax - one_hot(y)) * weight of the row
+                grad_logits = exps.mul_(weights[:, None] / sums)  # [c, V]: softmax * weight
+                grad_logits.scatter_add_(1, y[:, None], -weights[:, None])  # minus one_hot * weight
+                torch.mm(grad_logits, weight, out=grad_hidden[rows])  # [c, d]
+                grad_weight.addmm_(grad_logits.T, h)  # [V, d] += [V, c] @ [c, d]
+                if grad_bias is not None:
+                    grad_bias += grad_logits.sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        return total  # the weighted sum is the mean
+
+    @staticmethod
+    @once_differentiable  # its gradients are numbers from forward, not a graph to differentiate again
+    def backward(ctx, grad_loss: Tensor):  # type: ignore[override]
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors  # d(loss)/d(each), from forward
+        return (grad_hidden * grad_loss, grad_weight * grad_loss,
+                None if grad_bias is None else grad_bias * grad_loss, None, None)
+
+
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
+                         chunk_size: int = 128) -> Tensor:
+    """The mean of F.cross_entropy(F.linear(hidden, weight, bias), labels), IGNORE_INDEX skipped,
+    without the logits [..., V]: chunk_size positions at a time (LinearCrossEntropy).
+
+    Args:
+        hidden: [..., d], floating point (float16 and bfloat16 are computed in float32,
+            also under autocast, as lm_loss computes the softmax).
+        weight: the output layer's weight [V, d]; bias: its bias [V], or None.
+        labels: ids [...] (hidden's leading axes), each in [0, V) or IGNORE_INDEX.
+        chunk_size: positions per slice, > 0 (default 128: 128 x V floats stay in cache).
+
+    Returns:
+        The mean cross-entropy over the counted labels, a scalar tensor (0 if none counts).
+
+    Raises:
+        ValueError: a shape does not fit, a label is out of range, or chunk_size is not a
+            positive int.
+        TypeError: hidden, weight or bias is not floating point, or labels are not integers.
+
+    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    """
+    _check_int("chunk_size", chunk_size)
+    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias)):
+        if t is not None and not (isinstance(t, Tensor) and t.is_floating_point()):
+            raise TypeError(f"{name} must be a floating-point tensor, got "
+                            f"{t.dtype if isinstance(t, Tensor) else type(t).__name__}")
+    if weight.dim() != 2 or hidden.dim() < 1 or hidden.size(-1) != weight.size(1):
+        raise ValueError(f"hidden [..., d] and weight [V, d] must share d, got {tuple(hidden.shape)} "
+                         f"and {tuple(weight.shape)}")
+    if bias is not None and tuple(bias.shape) != (weight.size(0),):
+        raise ValueError(f"bias must have shape [V={weight.size(0)}], got {tuple(bias.shape)}")
+    if not isinstance(labels, Tensor) or labels.dtype not in (torch.long, torch.int32):
+        raise TypeError(f"labels must be an integer (long) tensor of ids, got "
+                        f"{labels.dtype if isinstance(labels, Tensor) else type(labels).__name__}")
+    if labels.shape != hidden.shape[:-1]:
+        raise ValueError(f"labels must have hidden's leading shape {list(hidden.shape[:-1])}, "
+                         f"got {list(labels.shape)}")
+    counted = labels[labels != IGNORE_INDEX]
+    if len(counted) and (int(counted.min()) < 0 or int(counted.max()) >= weight.size(0)):
+        raise ValueError(f"labels must be ids in [0, {weight.size(0) - 1}] or IGNORE_INDEX={IGNORE_INDEX}")
+    dtype = torch.promote_types(hidden.dtype, torch.float32)  # float32, or float64 if given
+    with torch.autocast(hidden.device.type, enabled=False):  # the softmax in full precision
+        loss = LinearCrossEntropy.apply(hidden.flatten(0, -2).to(dtype), weight.to(dtype),
+                                        None if bias is None else bias.to(dtype), labels.flatten().long(),
+                                        chunk_size)
+    return loss
+
+
+from transformer.lm import LanguageModel
+
+
+class SlicedLossLanguageModel(LanguageModel):
+    """Chapter 11's LanguageModel whose loss never builds the logits [B, T, V].
+
+    The same modules and state dict; `speed_up` turns a LanguageModel into one.
+
+    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    """
+
+    def next_token_loss(self, ids: Tensor, labels: Tensor) -> Tensor:
+        """The mean cross-entropy of labels [B, T] after ids [B, T] (IGNORE_INDEX skipped).
+
+        The number that F.cross_entropy(model(ids), labels) gives, computed by
+        linear_cross_entropy a slice of positions at a time. lm_loss calls it.
+        """
+        hidden = self.hidden_states(ids)  # [B, T, d_model]
+        return linear_cross_entropy(hidden, self.generator.weight, self.generator.bias, labels)
+
+# %% chapters/14_benchmarks.ipynb, cell 38
 from typing import TypeVar
 
 _ModuleT = TypeVar("_ModuleT", bound=nn.Module)
@@ -183,7 +308,8 @@ def speed_up(model: _ModuleT) -> _ModuleT:
     Every nn.Dropout (of exactly that class) becomes a FastDropout with the same p and
     mode: the same law, drawn faster on the CPU. Every Encoder (chapter 07) becomes a
     PackedEncoder: the same modules, which in eval mode compute the real source positions
-    only. Parameters and buffers are untouched.
+    only. Every LanguageModel (chapter 11) becomes a SlicedLossLanguageModel, whose loss
+    never builds the logits. Parameters and buffers are untouched.
 
     Args:
         model: any torch module (the book's Transformer or LanguageModel, or a part of one).
@@ -199,11 +325,13 @@ def speed_up(model: _ModuleT) -> _ModuleT:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     for parent in list(model.modules()):
-        if type(parent) is Encoder:
-            parent.__class__ = PackedEncoder  # the same modules and state; only forward differs
+        if type(parent) is Encoder:  # the same modules and state; only forward differs
+            parent.__class__ = PackedEncoder
+        elif type(parent) is LanguageModel:  # the same, with next_token_loss added
+            parent.__class__ = SlicedLossLanguageModel
         for name, child in list(parent.named_children()):
             if type(child) is nn.Dropout:
                 setattr(parent, name, FastDropout(child.p).train(child.training))
     return model
 
-__all__ = ["fast_dropout", "FastDropout", "on_grid", "self_attention_at", "packed_block", "PackedEncoder", "speed_up"]
+__all__ = ["fast_dropout", "FastDropout", "on_grid", "self_attention_at", "packed_block", "PackedEncoder", "LinearCrossEntropy", "linear_cross_entropy", "SlicedLossLanguageModel", "speed_up"]

@@ -432,7 +432,7 @@ def verse_form_share(lines: Iterable[str]) -> float:
         raise ValueError("lines must hold at least one line, got none")
     return sum(form is not None for form in forms) / len(forms)
 
-# %% chapters/11_language_model.ipynb, cell 63
+# %% chapters/11_language_model.ipynb, cell 58
 def longest_shared_run(text: str, corpus: str) -> str:
     """The longest run of characters of text that also occurs somewhere in corpus.
 
