@@ -1143,22 +1143,14 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 # - **everything training changes is one object**, `TrainState`: the model, the
 #   optimiser, the schedule and the step count, with `state_dict()` to save it and
 #   `load_state_dict()` to resume.
-# - **`train_step` is one update**. It can split its batch into *micro-batches* that go
-#   forward and backward one after the other while their gradients add up (gradient
-#   accumulation: the same update as the whole batch, with the memory of one piece).
-#   To get exactly the whole batch's gradient, each piece's mean loss is weighted by its
-#   token count, and the sum is divided by the total count at the end.
-#
-# Chapter 12 runs the same step on several processes at once and in mixed precision. For
-# that, `train_step` takes two optional functions, which stay None here: `no_sync` (the
-# micro-batches before the last one keep their gradients to themselves) and `all_reduce`
-# (adds a number up over all processes, so that every process divides by the tokens of
-# the whole batch); and `TrainState` may hold a gradient scaler for float16.
+# - **`train_step` is one update**: forward, loss, backward, clip the gradient, step the
+#   optimiser and the schedule. Its last three are a function of their own,
+#   `take_step`, which chapter 12's step on several processes ends with too.
 
 # %%
 #| export
 from collections.abc import Callable, Iterable, Sized
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -1201,26 +1193,23 @@ class TrainState:
         optimizer: its optimizer (for example from `make_optimizer`).
         scheduler: the learning-rate schedule, stepped after each update, or None.
         step: the number of updates made so far (default 0).
-        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 12), or None
-            (default).
     """
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     step: int = 0
-    scaler: torch.amp.GradScaler | None = None
 
     def state_dict(self) -> dict:
         """Everything needed to resume, for torch.save (it loads with weights_only=True).
 
         Returns:
-            {"model", "optimizer", "scheduler", "step", "scaler"} ("scheduler" and
-            "scaler" are None without one): state dicts of tensors, numbers, lists and dicts.
+            {"model", "optimizer", "scheduler", "step"} ("scheduler" is None without
+            one): state dicts of tensors, numbers, lists and dicts.
         """
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-                "step": self.step, "scaler": None if self.scaler is None else self.scaler.state_dict()}
+                "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict()` returned, into a state built the same way.
@@ -1235,8 +1224,6 @@ class TrainState:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state.get("scaler") is not None:
-            self.scaler.load_state_dict(state["scaler"])
         self.step = _check_int("step", state["step"], 0)
 
 
@@ -1256,123 +1243,74 @@ class StepResult(NamedTuple):
     lr: float
 
 
-def _split_batch(batch: Any, parts: int) -> list:
-    """Cut a batch (a tensor, or a tuple, list or dict of tensors) into <= parts pieces along axis 0."""
-    if parts == 1:
-        return [batch]
-    if isinstance(batch, Tensor):
-        tensors = [batch]
-    else:
-        tensors = list(batch.values() if isinstance(batch, dict) else batch
-                       if isinstance(batch, (tuple, list)) else [])
-    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-        raise ValueError("micro_batches > 1 needs a batch that is a tensor, or a tuple, list or "
-                         f"dict of tensors, got {type(batch).__name__}")
-    sizes = {t.size(0) for t in tensors}
-    if len(sizes) != 1:
-        raise ValueError(f"the tensors of a batch must share their first (batch) axis, got sizes {sorted(sizes)}")
-    size = math.ceil(sizes.pop() / parts)  # rows per micro-batch
-    if isinstance(batch, Tensor):
-        return list(batch.split(size))
-    if isinstance(batch, dict):
-        return [dict(zip(batch, pieces, strict=True)) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
-    return [type(batch)(pieces) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
-
-
 def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss, *,
-               clip: float | None = 1.0, micro_batches: int = 1,
-               no_sync: Callable[[], AbstractContextManager] | None = None,
-               all_reduce: Callable[[Tensor], Tensor] | None = None) -> StepResult:
-    """One update: forward, backward, clip, optimizer step, schedule step.
+               clip: float | None = 1.0) -> StepResult:
+    """One update: forward, loss, backward, clip, optimizer step, schedule step.
 
-    The model runs in the mode it is in (`fit` puts it in training mode). With
-    `state.scaler` (float16 mixed precision), the loss is scaled for the backward pass and
-    the update is skipped if a gradient overflowed.
+    The model runs in the mode it is in (`fit` puts it in training mode).
 
     Args:
         state: the TrainState to update (its step count goes up by one).
         batch: one batch, as loss_fn takes it (for translation_loss: (src, tgt)).
         loss_fn: (model, batch) -> (mean loss, token count) (default translation_loss).
         clip: the largest gradient norm, > 0, or None for no clipping (default 1.0).
-        micro_batches: pieces to cut the batch into along its first axis, forward and
-            backward one at a time (gradient accumulation; default 1). The update is the
-            whole batch's: each piece is weighted by its tokens.
-        no_sync: data parallelism (chapter 12): a function returning a context manager
-            under which the micro-batches before the last go forward and backward without
-            exchanging gradients (DistributedDataParallel.no_sync); default None.
-        all_reduce: data parallelism (chapter 12): a function that returns the sum of a
-            tensor over all processes. The loss and the token count are summed with it, so
-            that every process divides the summed gradients by the whole batch's tokens
-            and reports its loss; default None (one process).
 
     Returns:
-        A StepResult(loss, tokens, grad_norm, lr); with all_reduce, loss and tokens are
-        the whole batch's, over all processes.
+        A StepResult(loss, tokens, grad_norm, lr).
 
     Raises:
-        ValueError: an argument is out of range, or the batch holds no token.
+        ValueError: clip is out of range, or the batch holds no token.
         FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
     """
-    _check_int("micro_batches", micro_batches)
     if clip is not None:
         _check_float("clip", clip, 0.0, low_closed=False)
-    params = [p for p in state.model.parameters() if p.requires_grad]
     state.optimizer.zero_grad(set_to_none=True)
-    total, tokens = 0.0, 0
-    pieces = _split_batch(batch, micro_batches)
-    scale = (lambda loss: loss) if state.scaler is None else state.scaler.scale
-    for i, piece in enumerate(pieces):
-        with no_sync() if no_sync is not None and i < len(pieces) - 1 else nullcontext():
-            loss, n = loss_fn(state.model, piece)
-            scale(loss * n).backward()  # gradients add up; divided by the total count below
-        total, tokens = total + loss.item() * n, tokens + n
-    if all_reduce is not None:  # sums over the processes: the whole batch's loss and tokens
-        total, tokens = all_reduce(torch.tensor([total, tokens], dtype=torch.float64)).tolist()
-        tokens = int(tokens)
+    loss, tokens = loss_fn(state.model, batch)  # the batch's mean loss per token
+    check_loss(loss.item(), tokens, state.step)
+    loss.backward()
+    grad_norm, lr = take_step(state, clip)
+    return StepResult(loss.item(), tokens, grad_norm, lr)
+
+
+def check_loss(loss: float, tokens: int, step: int) -> None:
+    """Refuse to update on a batch without tokens, or on a loss that is NaN or infinite.
+
+    Args:
+        loss: the batch's mean loss; tokens: the tokens it counted; step: updates so far.
+
+    Raises:
+        ValueError: tokens is 0.
+        FloatingPointError: loss is NaN or infinite.
+    """
     if tokens == 0:
         raise ValueError("the batch holds no token to learn from (every label is ignored)")
-    if not math.isfinite(total):
-        raise FloatingPointError(f"the loss is {total / tokens} at step {state.step + 1}; "
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the loss is {loss} at step {step + 1}; "
                                  "the model was not updated (a learning rate too high?)")
-    if state.scaler is not None:
-        state.scaler.unscale_(state.optimizer)  # back to true gradients; notes any overflow
-    for p in params:
-        if p.grad is not None:
-            p.grad.div_(tokens)  # the sum of weighted piece losses -> the batch's mean loss
+
+
+def take_step(state: TrainState, clip: float | None,
+              update: Callable[[], object] | None = None) -> tuple[float, float]:
+    """The end of every training step: clip the gradients, update the weights, then the schedule.
+
+    Args:
+        state: the TrainState whose gradients are ready (its step count goes up by one).
+        clip: the largest gradient norm, or None for no clipping.
+        update: what updates the weights (default state.optimizer.step; chapter 12 passes
+            its gradient scaler's step).
+
+    Returns:
+        (the gradient's norm before clipping, the learning rate of this update).
+    """
+    params = [p for p in state.model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
     lr = state.optimizer.param_groups[0]["lr"]  # the rate this update uses
-    if state.scaler is None:
-        state.optimizer.step()
-    else:
-        state.scaler.step(state.optimizer)  # skipped if a gradient overflowed
-        state.scaler.update()
+    (state.optimizer.step if update is None else update)()
     if state.scheduler is not None:
         state.scheduler.step()
     state.step += 1
-    return StepResult(total / tokens, tokens, float(grad_norm), lr)
+    return float(grad_norm), lr
 
-
-# %% [markdown]
-# Gradient accumulation gives the whole batch's gradient: the same model, one step on a
-# batch of 128 sentences, whole and in four micro-batches, computes the same gradients
-# (up to the order of float sums).
-
-# %%
-tiny_model = Transformer(len(src_vocab), len(tgt_vocab), d_model=32, num_heads=2, num_encoder_layers=1,
-                         num_decoder_layers=1, d_ff=64, dropout=0.0)
-one_batch = make_batches(train_pairs[:128], src_vocab, tgt_vocab, batch_size=128)[0]
-gradients = []
-for pieces in (1, 4):
-    clone = Transformer(**tiny_model.config)
-    clone.load_state_dict(tiny_model.state_dict())
-    result = train_step(TrainState(clone, *make_optimizer(clone, warmup=10)), one_batch, micro_batches=pieces)
-    gradients.append(torch.cat([p.grad.flatten() for p in clone.parameters()]))  # kept after the step
-    print(f"micro_batches={pieces}: loss {result.loss:.4f} over {result.tokens} tokens, "
-          f"gradient norm {result.grad_norm:.4f}")
-gap = (gradients[0] - gradients[1]).abs().max() / gradients[0].abs().max()
-print(f"largest difference between the two gradients: {'below' if gap < 1e-5 else 'ABOVE'} "
-      "1e-5 of the largest entry")
-assert gap < 1e-5, "four micro-batches must give the whole batch's gradient"
 
 # %% [markdown]
 # The loop itself: epochs over the batches, validation after each epoch, a history of
@@ -1422,8 +1360,8 @@ def evaluate_loss(model: torch.nn.Module, batches: Iterable, loss_fn: LossFn = t
 
 def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
         loss_fn: LossFn = translation_loss, valid_batches: Iterable | None = None,
-        epochs: int = 1, clip: float | None = 1.0, micro_batches: int = 1,
-        seed: int | None = None, progress: bool = True) -> dict[str, list[float]]:
+        epochs: int = 1, clip: float | None = 1.0, seed: int | None = None,
+        progress: bool = True) -> dict[str, list[float]]:
     """Train for a number of epochs: `train_step` over every batch, then validate.
 
     Args:
@@ -1434,7 +1372,6 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
         valid_batches: batches for the validation loss after each epoch, or None.
         epochs: passes over the batches, > 0 (default 1).
         clip: the largest gradient norm, or None (default 1.0).
-        micro_batches: pieces per batch for gradient accumulation (default 1).
         seed: seeds the random numbers of training (dropout) in a generator of its own,
             leaving the caller's untouched; None uses the global generator (default).
         progress: show a tqdm progress bar (default True).
@@ -1465,7 +1402,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
             for epoch in range(epochs):
                 seen = 0
                 for batch in batches(epoch) if callable(batches) else batches:
-                    result = train_step(state, batch, loss_fn, clip=clip, micro_batches=micro_batches)
+                    result = train_step(state, batch, loss_fn, clip=clip)
                     seen += 1
                     for key in ("step", "loss", "tokens", "lr"):
                         history[key].append(state.step if key == "step" else getattr(result, key))

@@ -100,7 +100,7 @@ print(f"100,000 steps: {steps * flops_per_step / cpu_flops / 86400 / 365:.2f} ye
 # sum by $W$: when each process computes a mean loss over a shard of the same size,
 # $\frac{1}{W}\sum_r \frac{g_r}{N/W} = \frac{1}{N}\sum_r g_r$, the same thing. Our shards
 # are cut by sentences, and sentences have different lengths, so the $N_r$ differ: we
-# sum instead (a *communication hook*), and `train_step` divides by $N$.
+# sum instead (a *communication hook*), and the step divides by $N$.
 #
 # **Overlap.** The gradients are ready layer by layer during backward, last layer
 # first. DDP groups them into buckets (25 MB by default) and starts the all-reduce of a
@@ -111,8 +111,9 @@ print(f"100,000 steps: {steps * flops_per_step / cpu_flops / 86400 / 365:.2f} ye
 # **Accumulation** is the same sum taken in time instead of space: cut a process's
 # shard into micro-batches, add their gradients up, divide by the token count once. Under
 # DDP only the last micro-batch needs the all-reduce: the others run under
-# `model.no_sync()`. For this, chapter 09's `train_step` takes two optional functions,
-# `no_sync` and `all_reduce` (which sums the loss and the token count over the processes).
+# `model.no_sync()`. Section 3's `accumulated_train_step` does both: chapter 09's
+# `train_step` with the micro-batches, `no_sync`, and an `all_reduce` that sums the loss
+# and the token count over the processes.
 #
 # **Mixed precision.** Matrix multiplies in bfloat16 (7 stored bits of mantissa, 8 with the
 # implicit leading one, against float32's 23) run faster on
@@ -450,7 +451,7 @@ def sum_gradients(process_group: dist.ProcessGroup | None, bucket: dist.GradBuck
                   ) -> torch.futures.Future[torch.Tensor]:
     """A DDP communication hook: add the gradients up over the processes (no averaging).
 
-    DDP's default divides the sum by the number of processes. `train_step` divides by
+    DDP's default divides the sum by the number of processes. accumulated_train_step divides by
     the whole batch's token count itself, so it needs the plain sum.
     """
     work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
@@ -638,7 +639,132 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
     return cast(dict, _from_json(document, tensors))
 
 # %% [markdown]
-# The loop. It is chapter 09's `train_step`, called on this process's shard of each
+# The step. Chapter 09's `train_step` is forward, loss, backward and `take_step` (clip,
+# update, schedule). On several processes, in pieces and in float16 the middle grows, as
+# section 2 described: the batch is cut into micro-batches that go forward and backward
+# one after the other, those before the last under `no_sync`; each piece's loss is
+# weighted by its tokens, the loss and the token count are summed over the processes
+# (`all_reduce`), and the summed gradients are divided by the whole batch's tokens. With
+# float16, a gradient scaler multiplies the loss before backward, divides the gradients
+# after, and its own step skips an update whose gradients overflowed; `ScaledTrainState`
+# is chapter 09's `TrainState` with the scaler in it, so that a checkpoint resumes the
+# loss scale too.
+
+# %%
+#| export
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from transformer.training import LossFn, StepResult, TrainState, check_loss, take_step
+
+
+@dataclass
+class ScaledTrainState(TrainState):
+    """Chapter 09's TrainState with a gradient scaler for float16 mixed precision.
+
+    Args:
+        model, optimizer, scheduler, step: as in TrainState.
+        scaler: a torch.amp.GradScaler, or None (no scaling; default).
+    """
+
+    scaler: torch.amp.GradScaler | None = None
+
+    def state_dict(self) -> dict:
+        """TrainState's, with "scaler": the scaler's state dict, or None without one."""
+        return {**super().state_dict(), "scaler": None if self.scaler is None else self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict()` returned (the scaler's state when both have one)."""
+        super().load_state_dict(state)
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def split_batch(batch: Any, parts: int) -> list:
+    """Cut a batch (a tensor, or a tuple, list or dict of tensors) into <= parts pieces along axis 0.
+
+    Raises:
+        ValueError: a batch of another kind, or tensors whose first axes differ.
+    """
+    if parts == 1:
+        return [batch]
+    if isinstance(batch, Tensor):
+        tensors = [batch]
+    else:
+        tensors = list(batch.values() if isinstance(batch, dict) else batch
+                       if isinstance(batch, (tuple, list)) else [])
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise ValueError("micro_batches > 1 needs a batch that is a tensor, or a tuple, list or "
+                         f"dict of tensors, got {type(batch).__name__}")
+    sizes = {t.size(0) for t in tensors}
+    if len(sizes) != 1:
+        raise ValueError(f"the tensors of a batch must share their first (batch) axis, got sizes {sorted(sizes)}")
+    size = math.ceil(sizes.pop() / parts)  # rows per micro-batch
+    if isinstance(batch, Tensor):
+        return list(batch.split(size))
+    if isinstance(batch, dict):
+        return [dict(zip(batch, pieces, strict=True)) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
+    return [type(batch)(pieces) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
+
+
+def accumulated_train_step(state: TrainState, batch: Any, loss_fn: LossFn, *, clip: float | None = 1.0,
+                           micro_batches: int = 1,
+                           no_sync: Callable[[], AbstractContextManager] | None = None,
+                           all_reduce: Callable[[Tensor], Tensor] | None = None) -> StepResult:
+    """Chapter 09's train_step for data parallelism, gradient accumulation and float16.
+
+    Args:
+        state: the TrainState to update; a ScaledTrainState with a scaler scales the loss
+            for backward and skips an update whose gradients overflowed.
+        batch, loss_fn, clip: as in train_step.
+        micro_batches: pieces to cut the batch into along its first axis, forward and
+            backward one at a time (default 1). The update is the whole batch's: each
+            piece is weighted by its tokens.
+        no_sync: a function returning a context manager under which the micro-batches
+            before the last go forward and backward without exchanging gradients
+            (DistributedDataParallel.no_sync); default None.
+        all_reduce: a function that returns the sum of a tensor over all processes; the
+            loss and the token count are summed with it, so that every process divides the
+            summed gradients by the whole batch's tokens (default None: one process).
+
+    Returns:
+        A StepResult(loss, tokens, grad_norm, lr); with all_reduce, loss and tokens are the
+        whole batch's, over all processes.
+
+    Raises:
+        ValueError: an argument is out of range, or the batch holds no token.
+        FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
+    """
+    _check_int("micro_batches", micro_batches)
+    if clip is not None:
+        _check_float("clip", clip, 0.0, low_closed=False)
+    scaler = getattr(state, "scaler", None)
+    state.optimizer.zero_grad(set_to_none=True)
+    total, tokens = 0.0, 0
+    pieces = split_batch(batch, micro_batches)
+    for i, piece in enumerate(pieces):
+        with no_sync() if no_sync is not None and i < len(pieces) - 1 else nullcontext():
+            loss, n = loss_fn(state.model, piece)
+            (loss * n if scaler is None else scaler.scale(loss * n)).backward()  # summed; divided below
+        total, tokens = total + loss.item() * n, tokens + n
+    if all_reduce is not None:  # sums over the processes: the whole batch's loss and tokens
+        total, tokens = all_reduce(torch.tensor([total, tokens], dtype=torch.float64)).tolist()
+        tokens = int(tokens)
+    check_loss(total / max(tokens, 1), tokens, state.step)
+    if scaler is not None:
+        scaler.unscale_(state.optimizer)  # back to true gradients; notes any overflow
+    for p in state.model.parameters():
+        if p.grad is not None:
+            p.grad.div_(tokens)  # the sum of weighted piece losses -> the batch's mean loss
+    update = None if scaler is None else lambda: (scaler.step(state.optimizer), scaler.update())
+    grad_norm, lr = take_step(state, clip, update)
+    return StepResult(total / tokens, tokens, grad_norm, lr)
+
+
+# %% [markdown]
+# The loop. It is `accumulated_train_step`, called on this process's shard of each
 # global batch, through the DDP replica, under autocast. Around it: rank 0 logs, shows
 # the progress bar and saves; every process notes a SIGTERM (what a cluster's scheduler
 # sends before taking the machine back) and all stop together after the step, once a
@@ -649,7 +775,6 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
 import signal
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 
 from tqdm import tqdm
@@ -658,7 +783,7 @@ from transformer.data import PAD_ID
 from transformer.lm import LanguageModel, lm_loss, perplexity, save_language_model
 from transformer.model import Transformer, count_parameters
 from transformer.text import CORPUS_FILE, CharVocab, encode_stream, read_corpus, sequential_windows, split_documents
-from transformer.training import TrainState, evaluate_loss, make_optimizer, save_checkpoint, train_step, translation_loss
+from transformer.training import evaluate_loss, make_optimizer, save_checkpoint, translation_loss
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager:
@@ -906,7 +1031,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     others torchrun started.
 
     Every process builds the same model (same seed) and walks the same shuffled global
-    batches, taking its own rows of each (`shard`). DDP sums the gradients; `train_step`
+    batches, taking its own rows of each (`shard`). DDP sums the gradients; accumulated_train_step
     divides them by the whole batch's tokens. Rank 0 alone logs, shows the progress bar
     and writes checkpoints: every checkpoint_every steps and on SIGTERM, a resume
     checkpoint into out_dir/checkpoints (model, optimizer, schedule, step, epoch and
@@ -950,7 +1075,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     else:
         optimizer = make_adamw(model, train_cfg["lr"], train_cfg["warmup"], train_cfg["steps"],
                                train_cfg["weight_decay"])
-    state = TrainState(model, *optimizer, scaler=scaler)
+    state = ScaledTrainState(model, *optimizer, scaler=scaler)
     torch.manual_seed(train_cfg["seed"] + 1 + procs.rank)  # dropout: each process its own masks
     random.seed(train_cfg["seed"] + procs.rank)
     epoch, position = 0, 0
@@ -1001,7 +1126,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
             batches = task.batches(epoch)
             while position < len(batches) and state.step < train_cfg["steps"]:
                 mine = shard(batches[position], procs.rank, procs.world_size)
-                result = train_step(state, tuple(t.to(procs.device) for t in mine), loss_fn, **step_args)
+                result = accumulated_train_step(state, tuple(t.to(procs.device) for t in mine), loss_fn, **step_args)
                 position += 1
                 history["step"].append(state.step)
                 history["loss"].append(result.loss)
@@ -1174,12 +1299,11 @@ if __name__ == "__main__" and __package__ == "transformer":
 # ## 4 · A shape trace
 #
 # A global batch of 16 sentence pairs from the toy corpus, cut for 2 processes, and
-# one process's shard cut again into 2 micro-batches (as `train_step` does). The rows
+# one process's shard cut again into 2 micro-batches (as `accumulated_train_step` does). The rows
 # split evenly; the tokens do not, which is why the gradients are summed and divided by
 # the whole batch's token count.
 
 # %%
-from transformer.training import _split_batch
 
 TINY = {"model": {"d_model": 16, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1,
                   "d_ff": 32, "dropout": 0.0},
@@ -1192,7 +1316,7 @@ print(f"global batch: src {tuple(batch[0].shape)}, tgt {tuple(batch[1].shape)}, 
       f"{int((batch[1][:, 1:] != PAD_ID).sum())} target tokens")
 for rank in range(2):
     src, tgt = shard(batch, rank, 2)
-    pieces = _split_batch((src, tgt), 2)
+    pieces = split_batch((src, tgt), 2)
     print(f"rank {rank}: src {tuple(src.shape)}, tgt {tuple(tgt.shape)}, {int((tgt[:, 1:] != PAD_ID).sum())} "
           f"tokens; micro-batches {[tuple(p[0].shape) for p in pieces]}")
 
@@ -1465,8 +1589,8 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 #
 # ### The language model, under the same command
 #
-# Nothing in the loop above is particular to translation: a step is chapter 09's
-# `train_step` on a shard of a global batch, whatever the batch holds. The config's
+# Nothing in the loop above is particular to translation: a step is
+# `accumulated_train_step` on a shard of a global batch, whatever the batch holds. The config's
 # `[model] task` says what to build around it. With `task = "lm"` the command builds
 # chapter 11's `LanguageModel` on chapter 11's corpus, split and vocabulary
 # (`language_model_task`); its global batches are windows of `seq_len` characters, every
@@ -1759,4 +1883,7 @@ print("ex4 passed")
 #   renamed, and the `latest` pointer is updated last, so a crash while saving leaves the
 #   previous checkpoint loadable.
 # - **bfloat16 autocast** gives the same loss curve as float32 here (slower on this CPU,
-#   faster on GPUs); float16 needs a gradient scaler (`TrainState.scaler`).
+#   faster on GPUs); float16 needs a gradient scaler (`ScaledTrainState.scaler`).
+# - `accumulated_train_step` is chapter 09's `train_step` with micro-batches, `no_sync`,
+#   an `all_reduce` of the loss and token count, and the scaler; it ends with the same
+#   `take_step`.

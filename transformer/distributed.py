@@ -296,7 +296,7 @@ def sum_gradients(process_group: dist.ProcessGroup | None, bucket: dist.GradBuck
                   ) -> torch.futures.Future[torch.Tensor]:
     """A DDP communication hook: add the gradients up over the processes (no averaging).
 
-    DDP's default divides the sum by the number of processes. `train_step` divides by
+    DDP's default divides the sum by the number of processes. accumulated_train_step divides by
     the whole batch's token count itself, so it needs the plain sum.
 
     Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
@@ -481,10 +481,126 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
     return cast(dict, _from_json(document, tensors))
 
 # %% chapters/12_distributed.ipynb, cell 15
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from transformer.training import LossFn, StepResult, TrainState, check_loss, take_step
+
+
+@dataclass
+class ScaledTrainState(TrainState):
+    """Chapter 09's TrainState with a gradient scaler for float16 mixed precision.
+
+    Args:
+        model, optimizer, scheduler, step: as in TrainState.
+        scaler: a torch.amp.GradScaler, or None (no scaling; default).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+
+    scaler: torch.amp.GradScaler | None = None
+
+    def state_dict(self) -> dict:
+        """TrainState's, with "scaler": the scaler's state dict, or None without one."""
+        return {**super().state_dict(), "scaler": None if self.scaler is None else self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict()` returned (the scaler's state when both have one)."""
+        super().load_state_dict(state)
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+def split_batch(batch: Any, parts: int) -> list:
+    """Cut a batch (a tensor, or a tuple, list or dict of tensors) into <= parts pieces along axis 0.
+
+    Raises:
+        ValueError: a batch of another kind, or tensors whose first axes differ.
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    if parts == 1:
+        return [batch]
+    if isinstance(batch, Tensor):
+        tensors = [batch]
+    else:
+        tensors = list(batch.values() if isinstance(batch, dict) else batch
+                       if isinstance(batch, (tuple, list)) else [])
+    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
+        raise ValueError("micro_batches > 1 needs a batch that is a tensor, or a tuple, list or "
+                         f"dict of tensors, got {type(batch).__name__}")
+    sizes = {t.size(0) for t in tensors}
+    if len(sizes) != 1:
+        raise ValueError(f"the tensors of a batch must share their first (batch) axis, got sizes {sorted(sizes)}")
+    size = math.ceil(sizes.pop() / parts)  # rows per micro-batch
+    if isinstance(batch, Tensor):
+        return list(batch.split(size))
+    if isinstance(batch, dict):
+        return [dict(zip(batch, pieces, strict=True)) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
+    return [type(batch)(pieces) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
+
+
+def accumulated_train_step(state: TrainState, batch: Any, loss_fn: LossFn, *, clip: float | None = 1.0,
+                           micro_batches: int = 1,
+                           no_sync: Callable[[], AbstractContextManager] | None = None,
+                           all_reduce: Callable[[Tensor], Tensor] | None = None) -> StepResult:
+    """Chapter 09's train_step for data parallelism, gradient accumulation and float16.
+
+    Args:
+        state: the TrainState to update; a ScaledTrainState with a scaler scales the loss
+            for backward and skips an update whose gradients overflowed.
+        batch, loss_fn, clip: as in train_step.
+        micro_batches: pieces to cut the batch into along its first axis, forward and
+            backward one at a time (default 1). The update is the whole batch's: each
+            piece is weighted by its tokens.
+        no_sync: a function returning a context manager under which the micro-batches
+            before the last go forward and backward without exchanging gradients
+            (DistributedDataParallel.no_sync); default None.
+        all_reduce: a function that returns the sum of a tensor over all processes; the
+            loss and the token count are summed with it, so that every process divides the
+            summed gradients by the whole batch's tokens (default None: one process).
+
+    Returns:
+        A StepResult(loss, tokens, grad_norm, lr); with all_reduce, loss and tokens are the
+        whole batch's, over all processes.
+
+    Raises:
+        ValueError: an argument is out of range, or the batch holds no token.
+        FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
+
+    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    """
+    _check_int("micro_batches", micro_batches)
+    if clip is not None:
+        _check_float("clip", clip, 0.0, low_closed=False)
+    scaler = getattr(state, "scaler", None)
+    state.optimizer.zero_grad(set_to_none=True)
+    total, tokens = 0.0, 0
+    pieces = split_batch(batch, micro_batches)
+    for i, piece in enumerate(pieces):
+        with no_sync() if no_sync is not None and i < len(pieces) - 1 else nullcontext():
+            loss, n = loss_fn(state.model, piece)
+            (loss * n if scaler is None else scaler.scale(loss * n)).backward()  # summed; divided below
+        total, tokens = total + loss.item() * n, tokens + n
+    if all_reduce is not None:  # sums over the processes: the whole batch's loss and tokens
+        total, tokens = all_reduce(torch.tensor([total, tokens], dtype=torch.float64)).tolist()
+        tokens = int(tokens)
+    check_loss(total / max(tokens, 1), tokens, state.step)
+    if scaler is not None:
+        scaler.unscale_(state.optimizer)  # back to true gradients; notes any overflow
+    for p in state.model.parameters():
+        if p.grad is not None:
+            p.grad.div_(tokens)  # the sum of weighted piece losses -> the batch's mean loss
+    update = None if scaler is None else lambda: (scaler.step(state.optimizer), scaler.update())
+    grad_norm, lr = take_step(state, clip, update)
+    return StepResult(total / tokens, tokens, grad_norm, lr)
+
+# %% chapters/12_distributed.ipynb, cell 17
 import signal
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 
 from tqdm import tqdm
@@ -493,7 +609,7 @@ from transformer.data import PAD_ID
 from transformer.lm import LanguageModel, lm_loss, perplexity, save_language_model
 from transformer.model import Transformer, count_parameters
 from transformer.text import CORPUS_FILE, CharVocab, encode_stream, read_corpus, sequential_windows, split_documents
-from transformer.training import TrainState, evaluate_loss, make_optimizer, save_checkpoint, train_step, translation_loss
+from transformer.training import evaluate_loss, make_optimizer, save_checkpoint, translation_loss
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager:
@@ -761,7 +877,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     others torchrun started.
 
     Every process builds the same model (same seed) and walks the same shuffled global
-    batches, taking its own rows of each (`shard`). DDP sums the gradients; `train_step`
+    batches, taking its own rows of each (`shard`). DDP sums the gradients; accumulated_train_step
     divides them by the whole batch's tokens. Rank 0 alone logs, shows the progress bar
     and writes checkpoints: every checkpoint_every steps and on SIGTERM, a resume
     checkpoint into out_dir/checkpoints (model, optimizer, schedule, step, epoch and
@@ -807,7 +923,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     else:
         optimizer = make_adamw(model, train_cfg["lr"], train_cfg["warmup"], train_cfg["steps"],
                                train_cfg["weight_decay"])
-    state = TrainState(model, *optimizer, scaler=scaler)
+    state = ScaledTrainState(model, *optimizer, scaler=scaler)
     torch.manual_seed(train_cfg["seed"] + 1 + procs.rank)  # dropout: each process its own masks
     random.seed(train_cfg["seed"] + procs.rank)
     epoch, position = 0, 0
@@ -858,7 +974,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
             batches = task.batches(epoch)
             while position < len(batches) and state.step < train_cfg["steps"]:
                 mine = shard(batches[position], procs.rank, procs.world_size)
-                result = train_step(state, tuple(t.to(procs.device) for t in mine), loss_fn, **step_args)
+                result = accumulated_train_step(state, tuple(t.to(procs.device) for t in mine), loss_fn, **step_args)
                 position += 1
                 history["step"].append(state.step)
                 history["loss"].append(result.loss)
@@ -902,7 +1018,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
             dist.destroy_process_group()
     return history
 
-# %% chapters/12_distributed.ipynb, cell 17
+# %% chapters/12_distributed.ipynb, cell 19
 import argparse
 from importlib import resources
 
@@ -988,4 +1104,4 @@ def example_config(name: str) -> str:
         raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")
     return resources.files("transformer").joinpath("configs", f"{name}.toml").read_text(encoding="utf-8")
 
-__all__ = ["CONFIG_DEFAULTS", "TASKS", "PRECISIONS", "DEVICES", "SAVE_DTYPES", "load_config", "load_pairs", "epoch_batches", "shard", "Processes", "start_processes", "sum_gradients", "replicate", "all_reduce_sum", "LATEST", "save_resume_checkpoint", "load_resume_checkpoint", "autocast", "Task", "translation_task", "lm_epoch_batches", "language_model_task", "make_adamw", "TASK_BUILDERS", "rng_state", "set_rng_state", "train_from_config", "train_command", "example_configs", "example_config"]
+__all__ = ["CONFIG_DEFAULTS", "TASKS", "PRECISIONS", "DEVICES", "SAVE_DTYPES", "load_config", "load_pairs", "epoch_batches", "shard", "Processes", "start_processes", "sum_gradients", "replicate", "all_reduce_sum", "LATEST", "save_resume_checkpoint", "load_resume_checkpoint", "ScaledTrainState", "split_batch", "accumulated_train_step", "autocast", "Task", "translation_task", "lm_epoch_batches", "language_model_task", "make_adamw", "TASK_BUILDERS", "rng_state", "set_rng_state", "train_from_config", "train_command", "example_configs", "example_config"]

@@ -163,7 +163,7 @@ def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1
 
 # %% chapters/09_training.ipynb, cell 38
 from collections.abc import Callable, Iterable, Sized
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -208,8 +208,6 @@ class TrainState:
         optimizer: its optimizer (for example from `make_optimizer`).
         scheduler: the learning-rate schedule, stepped after each update, or None.
         step: the number of updates made so far (default 0).
-        scaler: a torch.amp.GradScaler for float16 mixed precision (chapter 12), or None
-            (default).
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
@@ -218,18 +216,17 @@ class TrainState:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
     step: int = 0
-    scaler: torch.amp.GradScaler | None = None
 
     def state_dict(self) -> dict:
         """Everything needed to resume, for torch.save (it loads with weights_only=True).
 
         Returns:
-            {"model", "optimizer", "scheduler", "step", "scaler"} ("scheduler" and
-            "scaler" are None without one): state dicts of tensors, numbers, lists and dicts.
+            {"model", "optimizer", "scheduler", "step"} ("scheduler" is None without
+            one): state dicts of tensors, numbers, lists and dicts.
         """
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-                "step": self.step, "scaler": None if self.scaler is None else self.scaler.state_dict()}
+                "step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict()` returned, into a state built the same way.
@@ -244,8 +241,6 @@ class TrainState:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and state.get("scaler") is not None:
-            self.scaler.load_state_dict(state["scaler"])
         self.step = _check_int("step", state["step"], 0)
 
 
@@ -267,104 +262,81 @@ class StepResult(NamedTuple):
     lr: float
 
 
-def _split_batch(batch: Any, parts: int) -> list:
-    """Cut a batch (a tensor, or a tuple, list or dict of tensors) into <= parts pieces along axis 0."""
-    if parts == 1:
-        return [batch]
-    if isinstance(batch, Tensor):
-        tensors = [batch]
-    else:
-        tensors = list(batch.values() if isinstance(batch, dict) else batch
-                       if isinstance(batch, (tuple, list)) else [])
-    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-        raise ValueError("micro_batches > 1 needs a batch that is a tensor, or a tuple, list or "
-                         f"dict of tensors, got {type(batch).__name__}")
-    sizes = {t.size(0) for t in tensors}
-    if len(sizes) != 1:
-        raise ValueError(f"the tensors of a batch must share their first (batch) axis, got sizes {sorted(sizes)}")
-    size = math.ceil(sizes.pop() / parts)  # rows per micro-batch
-    if isinstance(batch, Tensor):
-        return list(batch.split(size))
-    if isinstance(batch, dict):
-        return [dict(zip(batch, pieces, strict=True)) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
-    return [type(batch)(pieces) for pieces in zip(*(t.split(size) for t in tensors), strict=True)]
-
-
 def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss, *,
-               clip: float | None = 1.0, micro_batches: int = 1,
-               no_sync: Callable[[], AbstractContextManager] | None = None,
-               all_reduce: Callable[[Tensor], Tensor] | None = None) -> StepResult:
-    """One update: forward, backward, clip, optimizer step, schedule step.
+               clip: float | None = 1.0) -> StepResult:
+    """One update: forward, loss, backward, clip, optimizer step, schedule step.
 
-    The model runs in the mode it is in (`fit` puts it in training mode). With
-    `state.scaler` (float16 mixed precision), the loss is scaled for the backward pass and
-    the update is skipped if a gradient overflowed.
+    The model runs in the mode it is in (`fit` puts it in training mode).
 
     Args:
         state: the TrainState to update (its step count goes up by one).
         batch: one batch, as loss_fn takes it (for translation_loss: (src, tgt)).
         loss_fn: (model, batch) -> (mean loss, token count) (default translation_loss).
         clip: the largest gradient norm, > 0, or None for no clipping (default 1.0).
-        micro_batches: pieces to cut the batch into along its first axis, forward and
-            backward one at a time (gradient accumulation; default 1). The update is the
-            whole batch's: each piece is weighted by its tokens.
-        no_sync: data parallelism (chapter 12): a function returning a context manager
-            under which the micro-batches before the last go forward and backward without
-            exchanging gradients (DistributedDataParallel.no_sync); default None.
-        all_reduce: data parallelism (chapter 12): a function that returns the sum of a
-            tensor over all processes. The loss and the token count are summed with it, so
-            that every process divides the summed gradients by the whole batch's tokens
-            and reports its loss; default None (one process).
 
     Returns:
-        A StepResult(loss, tokens, grad_norm, lr); with all_reduce, loss and tokens are
-        the whole batch's, over all processes.
+        A StepResult(loss, tokens, grad_norm, lr).
 
     Raises:
-        ValueError: an argument is out of range, or the batch holds no token.
+        ValueError: clip is out of range, or the batch holds no token.
         FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
 
     Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
     """
-    _check_int("micro_batches", micro_batches)
     if clip is not None:
         _check_float("clip", clip, 0.0, low_closed=False)
-    params = [p for p in state.model.parameters() if p.requires_grad]
     state.optimizer.zero_grad(set_to_none=True)
-    total, tokens = 0.0, 0
-    pieces = _split_batch(batch, micro_batches)
-    scale = (lambda loss: loss) if state.scaler is None else state.scaler.scale
-    for i, piece in enumerate(pieces):
-        with no_sync() if no_sync is not None and i < len(pieces) - 1 else nullcontext():
-            loss, n = loss_fn(state.model, piece)
-            scale(loss * n).backward()  # gradients add up; divided by the total count below
-        total, tokens = total + loss.item() * n, tokens + n
-    if all_reduce is not None:  # sums over the processes: the whole batch's loss and tokens
-        total, tokens = all_reduce(torch.tensor([total, tokens], dtype=torch.float64)).tolist()
-        tokens = int(tokens)
+    loss, tokens = loss_fn(state.model, batch)  # the batch's mean loss per token
+    check_loss(loss.item(), tokens, state.step)
+    loss.backward()
+    grad_norm, lr = take_step(state, clip)
+    return StepResult(loss.item(), tokens, grad_norm, lr)
+
+
+def check_loss(loss: float, tokens: int, step: int) -> None:
+    """Refuse to update on a batch without tokens, or on a loss that is NaN or infinite.
+
+    Args:
+        loss: the batch's mean loss; tokens: the tokens it counted; step: updates so far.
+
+    Raises:
+        ValueError: tokens is 0.
+        FloatingPointError: loss is NaN or infinite.
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
     if tokens == 0:
         raise ValueError("the batch holds no token to learn from (every label is ignored)")
-    if not math.isfinite(total):
-        raise FloatingPointError(f"the loss is {total / tokens} at step {state.step + 1}; "
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"the loss is {loss} at step {step + 1}; "
                                  "the model was not updated (a learning rate too high?)")
-    if state.scaler is not None:
-        state.scaler.unscale_(state.optimizer)  # back to true gradients; notes any overflow
-    for p in params:
-        if p.grad is not None:
-            p.grad.div_(tokens)  # the sum of weighted piece losses -> the batch's mean loss
+
+
+def take_step(state: TrainState, clip: float | None,
+              update: Callable[[], object] | None = None) -> tuple[float, float]:
+    """The end of every training step: clip the gradients, update the weights, then the schedule.
+
+    Args:
+        state: the TrainState whose gradients are ready (its step count goes up by one).
+        clip: the largest gradient norm, or None for no clipping.
+        update: what updates the weights (default state.optimizer.step; chapter 12 passes
+            its gradient scaler's step).
+
+    Returns:
+        (the gradient's norm before clipping, the learning rate of this update).
+
+    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    """
+    params = [p for p in state.model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
     lr = state.optimizer.param_groups[0]["lr"]  # the rate this update uses
-    if state.scaler is None:
-        state.optimizer.step()
-    else:
-        state.scaler.step(state.optimizer)  # skipped if a gradient overflowed
-        state.scaler.update()
+    (state.optimizer.step if update is None else update)()
     if state.scheduler is not None:
         state.scheduler.step()
     state.step += 1
-    return StepResult(total / tokens, tokens, float(grad_norm), lr)
+    return float(grad_norm), lr
 
-# %% chapters/09_training.ipynb, cell 42
+# %% chapters/09_training.ipynb, cell 40
 import time
 
 from tqdm import tqdm
@@ -405,8 +377,8 @@ def evaluate_loss(model: torch.nn.Module, batches: Iterable, loss_fn: LossFn = t
 
 def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
         loss_fn: LossFn = translation_loss, valid_batches: Iterable | None = None,
-        epochs: int = 1, clip: float | None = 1.0, micro_batches: int = 1,
-        seed: int | None = None, progress: bool = True) -> dict[str, list[float]]:
+        epochs: int = 1, clip: float | None = 1.0, seed: int | None = None,
+        progress: bool = True) -> dict[str, list[float]]:
     """Train for a number of epochs: `train_step` over every batch, then validate.
 
     Args:
@@ -417,7 +389,6 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
         valid_batches: batches for the validation loss after each epoch, or None.
         epochs: passes over the batches, > 0 (default 1).
         clip: the largest gradient norm, or None (default 1.0).
-        micro_batches: pieces per batch for gradient accumulation (default 1).
         seed: seeds the random numbers of training (dropout) in a generator of its own,
             leaving the caller's untouched; None uses the global generator (default).
         progress: show a tqdm progress bar (default True).
@@ -450,7 +421,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
             for epoch in range(epochs):
                 seen = 0
                 for batch in batches(epoch) if callable(batches) else batches:
-                    result = train_step(state, batch, loss_fn, clip=clip, micro_batches=micro_batches)
+                    result = train_step(state, batch, loss_fn, clip=clip)
                     seen += 1
                     for key in ("step", "loss", "tokens", "lr"):
                         history[key].append(state.step if key == "step" else getattr(result, key))
@@ -470,7 +441,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
     history["seconds"] = [time.perf_counter() - start]
     return history
 
-# %% chapters/09_training.ipynb, cell 44
+# %% chapters/09_training.ipynb, cell 42
 from functools import partial
 
 
@@ -519,7 +490,7 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
                loss_fn=partial(translation_loss, eps=eps), valid_batches=valid, epochs=epochs, clip=clip,
                seed=seed, progress=progress)
 
-# %% chapters/09_training.ipynb, cell 46
+# %% chapters/09_training.ipynb, cell 44
 import json
 from pathlib import Path
 
@@ -639,7 +610,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
     return Checkpoint(model, _read_vocab(directory / SRC_VOCAB_FILE, config["src_vocab_size"]),
                       _read_vocab(directory / TGT_VOCAB_FILE, config["tgt_vocab_size"]), metrics)
 
-# %% chapters/09_training.ipynb, cell 48
+# %% chapters/09_training.ipynb, cell 46
 @torch.no_grad()
 def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     """A minimal batched greedy decoder for measuring accuracy here: src [B, S] -> ids
@@ -714,4 +685,4 @@ def evaluate_translation(model: Transformer, pairs: list[tuple[str, str]], src_v
     right = sum(h == zh for h, (_, zh) in zip(hypotheses, pairs, strict=True))
     return Evaluation(right / len(pairs), hypotheses)
 
-__all__ = ["IGNORE_INDEX", "shift_targets", "label_smoothed_cross_entropy", "noam_lr", "make_optimizer", "translation_loss", "TrainState", "StepResult", "train_step", "evaluate_loss", "fit", "train", "TRANSLATOR_CHECKPOINT", "Checkpoint", "save_checkpoint", "load_checkpoint", "Evaluation", "evaluate_translation"]
+__all__ = ["IGNORE_INDEX", "shift_targets", "label_smoothed_cross_entropy", "noam_lr", "make_optimizer", "translation_loss", "TrainState", "StepResult", "train_step", "check_loss", "take_step", "evaluate_loss", "fit", "train", "TRANSLATOR_CHECKPOINT", "Checkpoint", "save_checkpoint", "load_checkpoint", "Evaluation", "evaluate_translation"]
