@@ -197,7 +197,7 @@ print("model.training after the call:", model.training)
 #| export
 import math
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import cast
 from contextlib import contextmanager
 
 import torch
@@ -205,9 +205,7 @@ from torch import Tensor, nn
 
 from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.embedding import _check_id_range
-from transformer.masks import padding_mask
 from transformer.model import Transformer
-from transformer.multihead import MultiHeadAttention
 
 
 @contextmanager
@@ -409,7 +407,17 @@ print("in eval mode before, after the call:    ", model.training)
 # surviving hypotheses.
 
 # %%
-#| export
+#| export kv_cache
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from transformer.data import _check_bool, _check_int
+from transformer.masks import padding_mask
+from transformer.multihead import MultiHeadAttention
+
+
 class KVCache(dict):
     """The self-attention keys and values of one layer, in buffers allocated once.
 
@@ -649,6 +657,9 @@ assert torch.allclose(torch.cat(cross_one_by_one, 1), cross_at_once, atol=1e-6)
 
 # %%
 #| export
+from transformer.kv_cache import IncrementalDecoder
+
+
 def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
                     choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
                     max_new_tokens: int, streamer: object = None,
@@ -1613,12 +1624,15 @@ for sentence, pairs_to_check in [("I love apples", [("我", "I"), ("喜欢", "lo
 # the end is dropped, a question mark is a word.
 
 # %%
-#| export
+#| export translator
 from functools import lru_cache
 from pathlib import Path
 
-from transformer.data import Vocab, pad_sequences
-from transformer.model import _as_directory
+from torch import Tensor
+
+from transformer.data import Vocab, _check_float, _check_int, pad_sequences
+from transformer.generation import beam_search, greedy_decode
+from transformer.model import Transformer, _as_directory
 from transformer.training import (
     SRC_VOCAB_FILE,
     TGT_VOCAB_FILE,
@@ -1789,7 +1803,7 @@ for bad in ["I love pineapples and mangoes", "<eos> <pad>", "", 123]:
 # its function; chapter 12 writes it, when it adds a second command, `train`.)
 
 # %%
-#| export
+#| export translator
 import argparse
 import sys
 
@@ -2383,7 +2397,7 @@ def kv_cache_bytes(num_layers: int, batch: int, length: int, d_model: int,
 
 # %%
 #| check ex3-cache-bytes
-from transformer.generation import IncrementalDecoder as _Decoder  # the exported class
+from transformer.kv_cache import IncrementalDecoder as _Decoder  # the exported class
 from transformer.model import Transformer as _Transformer
 
 

@@ -1352,7 +1352,8 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
 # %%
 import tempfile
 
-from transformer.generation import KVCache, eval_mode
+from transformer.generation import eval_mode
+from transformer.kv_cache import KVCache
 
 saved = save_language_model(Path(tempfile.mkdtemp()) / "poems-lm", model, vocab, metrics={"steps": state.step})
 print(sorted(p.name for p in saved.iterdir()))

@@ -1266,7 +1266,7 @@ def example_config(name: str) -> str:
 import sys
 
 from transformer.distributed import train_command
-from transformer.generation import translate_command
+from transformer.translator import translate_command
 
 COMMANDS = {"translate": translate_command, "train": train_command}
 

@@ -55,7 +55,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer.feedforward import FeedForward
-from transformer.generation import KVCache, eval_mode, generate
+from transformer.generation import eval_mode, generate
+from transformer.kv_cache import KVCache
 from transformer.lm import BigramLanguageModel, LanguageModel, load_language_model, lm_loss, perplexity
 from transformer.masks import causal_mask
 from transformer.model import count_parameters

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from transformer.blocks import Decoder, DecoderBlock, Encoder, EncoderBlock
-from transformer.generation import KVCache, StaticKVCache
+from transformer.kv_cache import KVCache, StaticKVCache
 from transformer.masks import causal_mask, padding_mask
 
 D, H, FF = 16, 4, 40

@@ -11,22 +11,19 @@ from hypothesis import strategies as st
 
 from transformer import Transformer
 from transformer.generation import (
-    IncrementalDecoder,
-    KVCache,
-    UnknownWordsError,
     beam_search,
     cross_attention_weights,
     eval_mode,
     filter_logits,
     greedy_decode,
     length_penalty,
-    load_translator,
     sample_decode,
     sequence_scores,
-    translate,
 )
+from transformer.kv_cache import IncrementalDecoder, KVCache
 from transformer.multihead import MultiHeadAttention
 from transformer.training import TRANSLATOR_CHECKPOINT
+from transformer.translator import UnknownWordsError, load_translator, translate
 
 PAD, BOS, EOS = 0, 1, 2
 

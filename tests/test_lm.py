@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.generation import KVCache, generate
+from transformer.generation import generate
+from transformer.kv_cache import KVCache
 from transformer.lm import (
     BigramLanguageModel,
     LanguageModel,

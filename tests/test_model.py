@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer.fast import speed_up
-from transformer.generation import KVCache, StaticKVCache
+from transformer.kv_cache import KVCache, StaticKVCache
 from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
 
 V = 40

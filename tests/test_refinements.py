@@ -15,7 +15,8 @@ from test_lm import small_lm as lm_2017
 
 from transformer.blocks import Decoder, DecoderBlock, EncoderBlock
 from transformer.data import BOS_ID
-from transformer.generation import KVCache, StaticKVCache, generate
+from transformer.generation import generate
+from transformer.kv_cache import KVCache, StaticKVCache
 from transformer.lm import ATTENTIONS, FEED_FORWARDS, NORMS, POSITIONS, LanguageModel
 from transformer.masks import causal_mask
 from transformer.multihead import MultiHeadAttention

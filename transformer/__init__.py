@@ -21,7 +21,9 @@ from transformer.masks import causal_mask, padding_mask, combine_masks
 # Speed
 from transformer.fast import speed_up, FastDropout
 # Generation
-from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty, KVCache, StaticKVCache, IncrementalDecoder, translate, Translator, load_translator, UnknownWordsError
+from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty
+from transformer.kv_cache import KVCache, StaticKVCache, IncrementalDecoder
+from transformer.translator import translate, Translator, load_translator, UnknownWordsError
 # Training
 from transformer.training import label_smoothed_cross_entropy, shift_targets, translation_loss, noam_lr, make_optimizer, TrainState, train_step, fit, evaluate_loss, IGNORE_INDEX
 from transformer.lm import lm_loss, perplexity

@@ -5,7 +5,7 @@
 import sys
 
 from transformer.distributed import train_command
-from transformer.generation import translate_command
+from transformer.translator import translate_command
 
 COMMANDS = {"translate": translate_command, "train": train_command}
 
