@@ -612,6 +612,12 @@ def _json_text(name: str, value: object) -> str:
                          f"dicts of them; no NaN), got {value!r}: {err}") from None
 
 
+def _constructor_class(cls: type) -> type:
+    """The class whose __init__ builds cls's models: the one a checkpoint names, so that a
+    subclass that only adds methods (chapter 14's speed paths) saves and loads as it."""
+    return next(c for c in cls.__mro__ if "__init__" in vars(c))
+
+
 def _save_pretrained(model: PretrainedModel, directory: Path, metadata: dict | None) -> Path:
     if metadata is not None and not isinstance(metadata, dict):
         raise ValueError(f"metadata must be a dict or None, got {type(metadata).__name__}")
@@ -621,7 +627,7 @@ def _save_pretrained(model: PretrainedModel, directory: Path, metadata: dict | N
     _json_text("metadata", metadata)
     document = {
         "format_version": PRETRAINED_FORMAT,
-        "model_class": type(model).__name__,
+        "model_class": _constructor_class(type(model)).__name__,
         "dtype": str(dtypes.pop()).removeprefix("torch."),
         "config": model.config,
         "metadata": metadata or {},
@@ -694,7 +700,7 @@ def _shared_names(model: nn.Module) -> dict[str, list[str]]:
 
 def _build(cls: type, document: dict, path: Path) -> nn.Module:
     """cls(**config) on the meta device, in the saved dtype; errors name config.json."""
-    if document["model_class"] != cls.__name__:
+    if document["model_class"] != _constructor_class(cls).__name__:
         raise ValueError(f"{path}: holds a {document['model_class']}, not a {cls.__name__}; "
                          f"load it with {document['model_class']}.from_pretrained")
     dtype = getattr(torch, str(document.get("dtype", "float32")), None)

@@ -332,3 +332,19 @@ def test_lm_loss_of_a_sped_up_language_model_never_builds_the_logits():
     assert calls == [(4, 12, vocab_size)] and loss.item() == pytest.approx(plain.item(), rel=1e-5)
     for got, p in zip(sliced, model.parameters(), strict=True):
         assert torch.allclose(got, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_a_sped_up_model_saves_and_loads_as_the_plain_one(tmp_path):
+    torch.manual_seed(3)
+    lm = speed_up(LanguageModel(30, d_model=16, num_heads=2, num_layers=1, d_ff=32, max_len=16))
+    lm.save_pretrained(tmp_path / "lm")
+    plain = LanguageModel.from_pretrained(tmp_path / "lm")  # the file names the plain class
+    assert type(plain) is LanguageModel
+    assert all(torch.equal(a, b) for a, b in zip(lm.state_dict().values(), plain.state_dict().values(), strict=True))
+    assert type(SlicedLossLanguageModel.from_pretrained(tmp_path / "lm")) is SlicedLossLanguageModel
+    translator = speed_up(Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                                      d_ff=32, max_len=12))
+    translator.save_pretrained(tmp_path / "translator")
+    assert type(Transformer.from_pretrained(tmp_path / "translator").encoder) is Encoder
+    with pytest.raises(ValueError, match="holds a LanguageModel, not a Transformer"):
+        Transformer.from_pretrained(tmp_path / "lm")
