@@ -78,7 +78,7 @@ print("probability it gives the right next words:",
 # Real translation corpora are large and need downloading. We want something a laptop
 # learns in a minute or two, yet hard enough that attention must really work. So the package
 # ships a small *grammar* that writes English sentences and their Chinese translations
-# together. It covers what makes Chinese differ from English word order and morphology:
+# together. It covers what makes Chinese differ from English in word order and morphology:
 #
 # | English | Chinese | what the model must learn |
 # |---|---|---|
@@ -92,8 +92,8 @@ print("probability it gives the right next words:",
 #
 # English has verb forms (eat, eats, ate, eaten) and Chinese has none; Chinese has
 # measure words and English has none. The model has to look at the right source word to
-# get each of them right: for 条 it must find `dogs`, for 了 it must find `ate` (or
-# `yesterday` is not enough: `did not eat ... yesterday` takes no 了).
+# get each of them right: for 条 it must find `dogs`, for 了 it must find `ate`
+# (`yesterday` alone is not enough: `did not eat ... yesterday` takes no 了).
 #
 # The grammar is a handful of tables. Each slot (subject, verb, object, place, time,
 # tense, mood) is drawn at random, and both sentences are written from the same choices,
@@ -448,7 +448,7 @@ assert ("I love apples", "我 喜欢 苹果") in train_pairs
 # `<pad>` = 0 fills short sentences up to the length of a batch, `<bos>` and `<eos>`
 # open and close every sentence, and `<unk>` stands for a word the vocabulary has never
 # seen. Their strings are not words: a text that contains `<eos>` is refused, since
-# only the encoder may add it. Padding is 0 because chapter 08's model (like
+# only `Vocab.encode` may add it. Padding is 0 because chapter 08's model (like
 # `nn.Embedding(padding_idx=0)`) takes `pad_id=0` by default.
 
 # %%
@@ -1483,7 +1483,7 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
 # model as a directory: `config.json` (the constructor's arguments, read back by
 # `from_pretrained`) and `model.safetensors` (the weights, in a format that loading
 # never unpickles, so that a checkpoint from someone else cannot run their code). A
-# translator needs two more things, its vocabularies, since the ids mean nothing without
+# translator needs its two vocabularies as well, since the ids mean nothing without
 # them: they go into the same directory as JSON (`src_vocab.json`, `tgt_vocab.json`),
 # and a few metrics go into the config's metadata. A model without vocabularies (trained
 # on digits, say) is just `save_pretrained`'s directory, and loads the same way.
@@ -1608,7 +1608,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
 #
 # The loss says how much probability the model gives to the right words *under teacher
 # forcing*. What we care about is the sentence the model writes on its own. Chapter 10
-# builds proper decoders; here a minimal greedy loop (always take the most likely next
+# builds proper decoding methods; here a minimal greedy loop (always take the most likely next
 # word, stop at `<eos>`) is enough to score the model: a translation counts as right only
 # if every word matches the reference (*exact match*).
 # %%
@@ -1688,7 +1688,7 @@ def evaluate_translation(model: Transformer, pairs: list[tuple[str, str]], src_v
 #
 # The paper's base model has $d_\text{model} = 512$ and six layers on each side: 65 million
 # parameters (63 million by chapter 08's count). Our languages have about a hundred words
-# (99 English and 73 Chinese ids, specials included) and sentences of at most twelve, so a far
+# (99 English and 73 Chinese ids, specials included) and sentences of at most twelve words, so a far
 # smaller model is enough: $d_\text{model} = 64$, four heads, two encoder and two decoder
 # layers, $d_\text{ff} = 128$. Everything else is the paper's recipe.
 #
