@@ -154,16 +154,14 @@ python_display_short_literal_types = True
 
 
 
-DEFINED_IN = re.compile(
-    r"^Defined in chapter (\d+), (.+?) \(`chapters/([0-9a-z_]+)\.ipynb`\)\.[ \t]*$", re.M)
+DEFINED_IN = re.compile(r"^Defined in chapter (\d+) \(`chapters/([0-9a-z_]+)\.ipynb`\)\.[ \t]*$", re.M)
 
 
-def _chapter_line(number: int, title: str, stem: str) -> str:
-    title = re.sub(r"[`<>\\]", "", title)
+def _chapter_line(number: int, stem: str) -> str:
     if LANGUAGE == "zh" and stem not in EDITION_CHAPTERS:  # not translated yet: the English
         # page, from the API pages (api/NAME.html, two folders below _build/zh/html/'s parent)
-        return f"Defined in chapter {number:02d}, `{title} <../../../html/chapters/{stem}.html>`__."
-    return f"Defined in chapter {number:02d}, :doc:`{title} </chapters/{stem}>`."
+        return f"Defined in `chapter {number:02d} <../../../html/chapters/{stem}.html>`__ (in English)."
+    return f"Defined in chapter {number:02d}, :doc:`/chapters/{stem}`."  # the link text: its title
 
 
 def _is_type_docstring(obj, text: str) -> bool:
@@ -190,10 +188,11 @@ def process_docstring(app, what, name, obj, options, lines):
     home = None
     found = DEFINED_IN.search(text)
     if found:
-        home = (int(found.group(1)), found.group(2), found.group(3))
+        home = (int(found.group(1)), found.group(2))
         text = DEFINED_IN.sub("", text)
     elif what == "data" and name.count(".") == 2:  # transformer.MODULE.NAME
-        home = app.config.book_symbol_chapters.get(name.rsplit(".", 1)[-1])
+        known = app.config.book_symbol_chapters.get(name.rsplit(".", 1)[-1])  # [number, title, stem]
+        home = None if known is None else (known[0], known[2])
     rest = plain_text_to_rest(text) if text.strip() else ""
     if home:
         rest += ("\n" if rest else "") + _chapter_line(*home) + "\n"

@@ -62,11 +62,11 @@ def test_export_writes_modules_all_and_chapter_stamps(book):
     first = (package / "first.py").read_text()
     assert first.startswith(export.HEADER_PREFIX) and "01_first.ipynb" in first.splitlines()[0]
     assert '__all__ = ["SCALE", "double"]' in first
-    assert "Defined in chapter 01, First steps" in first
+    assert "    Defined in chapter 01 (`" in first and "01_first.ipynb`).\n" in first
     assert "print(double(3))" not in first  # only `#| export` cells go to the package
     second = (package / "second.py").read_text()
     assert '__all__ = ["Quad"]' in second  # _helper is private
-    assert "    Shapes: any.\n\n    Defined in chapter 02, Second" in second
+    assert "    Shapes: any.\n\n    Defined in chapter 02 (`" in second and "02_second.ipynb`).\n" in second
     init = (package / "__init__.py").read_text()
     assert init.index("from transformer.first") < init.index("from transformer.second")
 

@@ -371,6 +371,10 @@ def test_the_chinese_edition_is_a_chinese_site_of_its_chapters(zh_site):
         assert title.msgstr in page_text(page) and title.msgid not in page_text(page), name
     performance = (zh_site / "performance.html").read_text(encoding="utf-8")
     assert 'href="../../html/chapters/14_benchmarks.html" hreflang="en"' in performance
+    # the API reference: each name links to its chapter, titled
+    api = (zh_site / "api" / "positional.html").read_text(encoding="utf-8")
+    assert ('Defined in chapter 02, <a class="reference internal" href="../chapters/02_positional_encoding.html">'
+            '<span class="doc">02 · 位置编码') in api
     index = search_index(zh_site)
     assert "chapters/04_causal_mask" in found_on(index, "因果掩码")
     assert "chapters/03_attention" in found_on(index, "键")

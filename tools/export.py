@@ -61,7 +61,8 @@ def stamp_docstrings(source: str, chapter: Chapter, where: str) -> tuple[str, li
     except SyntaxError as err:
         raise BookError(f"{where}: exported cell does not parse: {err}") from None
     lines = source.split("\n")
-    stamp = f"Defined in chapter {chapter.number:02d}, {chapter.title} (`{chapter.rel}`)."
+    # short, as d2l's "Defined in :numref:"; the site links it to the chapter, titled (book/conf.py)
+    stamp = f"Defined in chapter {chapter.number:02d} (`{chapter.rel}`)."
     edits = []  # (line index of closing quotes, indent)
     names = []
     for name, node in public_names(tree):

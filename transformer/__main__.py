@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The command's exit status; 2 for a missing or unknown command (0 for -h).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] in (["-h"], ["--help"]):

@@ -38,7 +38,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
         ValueError: the shapes do not fit, the mask does not broadcast, or dropout_p or
             scale is out of range.
 
-    Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
+    Defined in chapter 03 (`chapters/03_attention.ipynb`).
     """
     _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
     weights = scaled_dot_product_weights(q, k, mask, scale)  # [..., q_len, k_len]
@@ -61,7 +61,7 @@ def scaled_dot_product_weights(q: Tensor, k: Tensor, mask: Tensor | None = None,
     Raises:
         TypeError, ValueError: as scaled_dot_product_attention.
 
-    Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
+    Defined in chapter 03 (`chapters/03_attention.ipynb`).
     """
     mask = _check_attention_args(q, k, None, mask, 0.0, scale)
     if scale is None:
@@ -152,7 +152,7 @@ class SingleHeadSelfAttention(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 03, Single-head attention (`chapters/03_attention.ipynb`).
+    Defined in chapter 03 (`chapters/03_attention.ipynb`).
     """
 
     def __init__(self, d_model: int, d_k: int | None = None, d_v: int | None = None, bias: bool = True):

@@ -26,7 +26,7 @@ def machine_info() -> dict:
         {"cpu": processor model, "cores": logical cores, "torch": version,
         "threads": PyTorch's intra-op threads, "python": version}.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     cpu = platform.processor() or platform.machine()
     try:
@@ -47,7 +47,7 @@ def cpu_seconds(fn: Callable[[], object]) -> float:
     Returns:
         CPU seconds (time.process_time) of the call.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     start = time.process_time()
     fn()
@@ -68,7 +68,7 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
     Returns:
         name -> median seconds of one call.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -95,7 +95,7 @@ class TorchReference(nn.Module):
         max_len: positions of the sinusoidal table.
         pad_id: the padding id (default 0).
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
 
     def __init__(self, vocab: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
@@ -143,7 +143,7 @@ def random_batch(batch: int, src_len: int, tgt_len: int, vocab: int, seed: int =
     Returns:
         src [batch, src_len], decoder input [batch, tgt_len], labels [batch, tgt_len].
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(1, vocab, (batch, src_len), generator=g)
@@ -167,7 +167,7 @@ def train_step_fn(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor],
     Returns:
         A function without arguments; each call is one step.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     src, tgt_in, labels = batch
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -193,7 +193,7 @@ def eval_forward(model: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Call
     Returns:
         A function without arguments; each call is one forward pass.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     src, tgt_in, _ = batch
 
@@ -217,7 +217,7 @@ def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_f
     Returns:
         (ours, reference).
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     torch.manual_seed(0)
     ours = Transformer(vocab, vocab, d_model=d_model, num_heads=num_heads,
@@ -239,7 +239,7 @@ def gemm_flops_per_second(n: int = 1024, repeats: int = 5, dtype: torch.dtype = 
     Returns:
         2 n^3 / (fastest CPU seconds of one product).
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b  # warm-up
@@ -261,7 +261,7 @@ def train_step_flops(model: Transformer, batch: int, src_len: int, tgt_len: int)
     Returns:
         FLOPs of forward + backward.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     c = model.config
     d, d_ff, vocab = c["d_model"], c["d_ff"], c["tgt_vocab_size"]
@@ -288,7 +288,7 @@ def bytes_per_token(model: Transformer) -> int:
     Returns:
         Bytes (a tied table counted once).
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     cross = [cast(MultiHeadAttention, layer.cross_attn) for layer in model.decoder.layers]
     skipped = {id(p) for attention in cross
@@ -310,7 +310,7 @@ def bandwidth_bytes_per_second(n_bytes: int, repeats: int = 5) -> float:
     Returns:
         n_bytes / (fastest CPU seconds of one product).
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     cols = 1024
     matrix = torch.randn(max(1, n_bytes // (4 * cols)), cols)
@@ -325,7 +325,7 @@ import importlib.util
 def hf_transformers_version() -> str | None:
     """The installed Hugging Face transformers' version, or None if it is not installed.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     if importlib.util.find_spec("transformers") is None:
         return None
@@ -350,7 +350,7 @@ def peer_language_models(vocab_size: int, d_model: int, num_heads: int, num_laye
     Returns:
         (ours, GPT-2), in training mode.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -381,7 +381,7 @@ def peer_translators(vocab: int = 2000, d_model: int = 256, num_heads: int = 8, 
     Returns:
         (ours, Marian), in training mode.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     from transformers import MarianConfig, MarianMTModel
 
@@ -413,7 +413,7 @@ def lm_train_step_fns(ours: nn.Module, theirs: nn.Module, windows: Tensor,
     Returns:
         (ours, theirs): functions without arguments; each call is one step and returns its loss.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     from transformer.lm import lm_loss
     from transformer.training import TrainState, train_step
@@ -451,7 +451,7 @@ def greedy_fns(ours: nn.Module, theirs: nn.Module, inputs: Tensor, new_tokens: i
         (ours, theirs): functions without arguments that return the ids; the models are
         put in eval mode.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     ours.eval()
     theirs.eval()

@@ -45,7 +45,7 @@ def sublayer_connection(x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor],
     Returns:
         The new stream, [batch, seq, d_model].
 
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
+    Defined in chapter 07 (`chapters/07_blocks.ipynb`).
     """
     if norm_first:
         return x + sublayer(norm(x))
@@ -72,7 +72,7 @@ class EncoderBlock(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
+    Defined in chapter 07 (`chapters/07_blocks.ipynb`).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -166,7 +166,7 @@ class DecoderBlock(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
+    Defined in chapter 07 (`chapters/07_blocks.ipynb`).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.1,
@@ -272,7 +272,7 @@ class Encoder(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
+    Defined in chapter 07 (`chapters/07_blocks.ipynb`).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,
@@ -319,7 +319,7 @@ class Decoder(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 07, Encoder and decoder blocks (`chapters/07_blocks.ipynb`).
+    Defined in chapter 07 (`chapters/07_blocks.ipynb`).
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int,

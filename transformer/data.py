@@ -28,7 +28,7 @@ class Grammar:
     `sample_pair` picks one row per slot and writes both sentences from the same
     choices, so every English sentence has exactly one Chinese translation.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     # (English, Chinese, third person singular?) -- drives English verb agreement only.
@@ -152,7 +152,7 @@ def sample_pair(rng: random.Random) -> tuple[str, str]:
         (English, Chinese), words separated by spaces, such as
         ("I love apples", "我 喜欢 苹果").
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     subj_en, subj_zh, third = rng.choice(Grammar.SUBJECTS)
     verb = rng.choice(Grammar.VERBS)
@@ -188,7 +188,7 @@ def generate_corpus(size: int = 30_000, seed: int = 0) -> list[tuple[str, str]]:
     Raises:
         ValueError: size is not a positive integer, or larger than the grammar can make.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_int("size", size)
     _check_int("seed", seed, 0)
@@ -214,7 +214,7 @@ def is_held_out(english: str) -> bool:
     Returns:
         True if the sentence holds a word of each group of some held-out combination.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     words = set(re.findall(r"[^\s?？]+", english.lower()))
     return any(words.intersection(a) and words.intersection(b) for a, b in HELD_OUT_COMBINATIONS)
@@ -228,7 +228,7 @@ class CorpusSplit(NamedTuple):
         valid: the validation pairs.
         test: the test pairs, held-out combinations last.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     train: list[tuple[str, str]]
@@ -260,7 +260,7 @@ def split_corpus(pairs: Sequence[tuple[str, str]], valid_size: int = 1000, test_
         ValueError: a size is not a non-negative integer, the English sentences are not
             distinct, or there are fewer pairs than valid_size + test_size.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     for name, value in (("valid_size", valid_size), ("test_size", test_size),
                         ("held_out_size", held_out_size), ("seed", seed)):
@@ -304,7 +304,7 @@ def tokenize(text: str) -> list[str]:
     Raises:
         TypeError: text is not a str.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -329,7 +329,7 @@ class Vocab:
     Raises:
         ValueError: a word is not a non-empty str without whitespace.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     PAD_ID, BOS_ID, EOS_ID, UNK_ID = PAD_ID, BOS_ID, EOS_ID, UNK_ID
@@ -507,7 +507,7 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor
         ValueError: seqs is empty, one of its sequences is empty or holds something other
             than integer ids, or pad_id is not a non-negative integer.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_int("pad_id", pad_id, 0)
     if len(seqs) == 0:
@@ -538,7 +538,7 @@ def collate(batch: Sequence[tuple[Sequence[int], Sequence[int]]],
     Raises:
         ValueError: the batch or a sequence is empty, or pad_id is not a non-negative integer.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if len(batch) == 0:
         raise ValueError("batch must hold at least one pair, got an empty batch")
@@ -570,7 +570,7 @@ def make_batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: 
         ValueError: pairs is empty, a sentence is empty, holds a special token's string
             or is longer than max_len, or an argument is out of range.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_int("batch_size", batch_size)
     _check_bool("shuffle", shuffle)

@@ -76,7 +76,7 @@ def load_config(config: str | Path | dict) -> dict:
         ValueError: the file cannot be read or parsed, a section or key is unknown, or a
             value has the wrong type or range; the message names the key (e.g. train.steps).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     document = _read_config_file(Path(config)) if isinstance(config, (str, Path)) else config
     if not isinstance(document, dict):
@@ -167,7 +167,7 @@ def load_pairs(data: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]
         ValueError: the pairs file cannot be read, a line is not two tab-separated
             non-empty texts (the message gives the line), or no training pair is left.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     if data["pairs"] is None:
         split = split_corpus(generate_corpus(data["corpus_size"], seed=data["seed"]),
@@ -211,7 +211,7 @@ def epoch_batches(pairs: list[tuple[str, str]], src_vocab: Vocab, tgt_vocab: Voc
     Returns:
         A list of (src [B, S], tgt [B, T]) batches.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     batches = make_batches(pairs, src_vocab, tgt_vocab, batch_size=batch_size, shuffle=True, seed=seed,
                            max_len=max_len)
@@ -229,7 +229,7 @@ def shard(batch: tuple[Tensor, ...], rank: int, world_size: int) -> tuple[Tensor
     Returns:
         The same tensors, cut to rows [rank * B / world_size, (rank + 1) * B / world_size).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     return tuple(t.tensor_split(world_size)[rank] for t in batch)
 
@@ -251,7 +251,7 @@ class Processes(NamedTuple):
         local_rank: its number on this machine (it picks the GPU).
         device: the device it trains on.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
 
     rank: int
@@ -277,7 +277,7 @@ def start_processes(device: str = "auto") -> Processes:
     Raises:
         ValueError: device is "cuda" but no GPU is available.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
@@ -299,7 +299,7 @@ def sum_gradients(process_group: dist.ProcessGroup | None, bucket: dist.GradBuck
     DDP's default divides the sum by the number of processes. accumulated_train_step divides by
     the whole batch's token count itself, so it needs the plain sum.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     work = dist.all_reduce(bucket.buffer(), group=process_group, async_op=True)
     return work.get_future().then(lambda future: future.value()[0])
@@ -319,7 +319,7 @@ def replicate(model: torch.nn.Module, procs: Processes) -> torch.nn.Module:
     Returns:
         model itself for one process, else a DistributedDataParallel around it.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     if procs.world_size == 1:
         return model
@@ -337,7 +337,7 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
     Returns:
         A tensor of the same shape: the element-wise sum over the processes.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     if not dist.is_initialized():
         return tensor
@@ -436,7 +436,7 @@ def save_resume_checkpoint(directory: str | Path, state: dict, *, keep: int = 2,
     Raises:
         ValueError: state holds something that needs pickle, or keep is not positive.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     _check_int("keep", keep)
     directory = Path(directory)
@@ -464,7 +464,7 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
         ValueError: `latest` or the checkpoint it names cannot be read (the message
             names the file).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     pointer = Path(directory) / LATEST
     if not pointer.exists():
@@ -497,7 +497,7 @@ class ScaledTrainState(TrainState):
         model, optimizer, scheduler, step: as in TrainState.
         scaler: a torch.amp.GradScaler, or None (no scaling; default).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
 
     scaler: torch.amp.GradScaler | None = None
@@ -519,7 +519,7 @@ def split_batch(batch: Any, parts: int) -> list:
     Raises:
         ValueError: a batch of another kind, or tensors whose first axes differ.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     if parts == 1:
         return [batch]
@@ -570,7 +570,7 @@ def accumulated_train_step(state: TrainState, batch: Any, loss_fn: LossFn, *, cl
         ValueError: an argument is out of range, or the batch holds no token.
         FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     _check_int("micro_batches", micro_batches)
     if clip is not None:
@@ -628,7 +628,7 @@ def autocast(precision: str, device: torch.device) -> AbstractContextManager:
     Raises:
         ValueError: precision is unknown, or fp16 on a CPU.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     _check_choice("precision", precision, PRECISIONS)
     if precision == "fp32":
@@ -665,7 +665,7 @@ class Task(NamedTuple):
         save: (directory, metrics) -> writes the task's model, trained, where a user loads it.
         describe: one line for the log: the data and the size of a batch.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
 
     model: Transformer | LanguageModel
@@ -679,7 +679,7 @@ class Task(NamedTuple):
 def translation_task(cfg: dict, procs: Processes) -> Task:
     """Chapter 09's translator on the config's sentence pairs (batches of batch_size sentences).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     model_cfg, train_cfg = cfg["model"], cfg["train"]
     train_pairs, valid_pairs = load_pairs(cfg["data"])
@@ -725,7 +725,7 @@ def lm_epoch_batches(stream: Tensor, *, batch_size: int, seq_len: int, seed: int
     Returns:
         A list of (inputs [batch_size, T], labels [batch_size, T]).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     offset = random.Random(seed).randrange(seq_len)
     inputs, labels = sequential_windows(stream[offset:], seq_len)  # [W, T] each
@@ -738,7 +738,7 @@ def language_model_task(cfg: dict, procs: Processes) -> Task:
     """Chapter 11's language model on a corpus (default the shipped Tang poems), split and encoded
     as chapter 11 does (batches of batch_size windows of seq_len characters).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     model_cfg, data_cfg, train_cfg = cfg["model"], cfg["data"], cfg["train"]
     documents = read_corpus(data_cfg["corpus"] or CORPUS_FILE)
@@ -785,7 +785,7 @@ def make_adamw(model: torch.nn.Module, lr: float, warmup: int, steps: int, weigh
     Returns:
         (optimizer, scheduler); call scheduler.step() after each optimizer.step().
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     matrices = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     others = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -805,7 +805,7 @@ TASK_BUILDERS = {"translation": translation_task, "lm": language_model_task}
 def rng_state() -> dict:
     """Every random generator of this process: torch's CPU one (dropout), CUDA's, Python's.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     return {"torch": torch.get_rng_state(), "python": random.getstate(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
@@ -814,7 +814,7 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     """Restore what `rng_state()` returned.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
@@ -906,7 +906,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     Raises:
         ValueError: a bad config, or a checkpoint from a different number of processes.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     cfg = load_config(config)
     train_cfg = cfg["train"]
@@ -1037,7 +1037,7 @@ def train_command(argv: list[str] | None = None) -> int:
         The exit status: 0 when training finished or stopped cleanly on SIGTERM (run the
         same command again to resume), 2 for a bad config, data or checkpoint.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     parser = argparse.ArgumentParser(
         prog="python -m transformer train",
@@ -1086,7 +1086,7 @@ def _rank_and_step(text: str) -> tuple[int, int]:
 def example_configs() -> list[str]:
     """The names of the configs shipped with the package (transformer/configs/NAME.toml).
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     return sorted(p.name.removesuffix(".toml") for p in resources.files("transformer").joinpath("configs").iterdir()
                   if p.name.endswith(".toml"))
@@ -1098,7 +1098,7 @@ def example_config(name: str) -> str:
     Raises:
         ValueError: no shipped config has that name.
 
-    Defined in chapter 12, Training beyond one process: DDP, mixed precision, accumulation and resuming after a crash (`chapters/12_distributed.ipynb`).
+    Defined in chapter 12 (`chapters/12_distributed.ipynb`).
     """
     if name not in example_configs():
         raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")

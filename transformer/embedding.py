@@ -81,7 +81,7 @@ class TokenEmbedding(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 01, Embedding: from token ids to vectors (`chapters/01_embedding.ipynb`).
+    Defined in chapter 01 (`chapters/01_embedding.ipynb`).
     """
 
     def __init__(self, vocab_size: int, d_model: int, padding_idx: int | None = None,

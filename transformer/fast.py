@@ -30,7 +30,7 @@ def fast_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         ValueError: p is not a number in [0, 1).
         TypeError: x is not a floating-point tensor.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     _check_float("p", p, 0.0, 1.0)
     if not isinstance(x, Tensor) or not x.is_floating_point():
@@ -59,7 +59,7 @@ class FastDropout(nn.Dropout):
     Raises:
         ValueError: p is not a number in [0, 1).
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
 
     def __init__(self, p: float = 0.5):
@@ -86,7 +86,7 @@ def on_grid(rows: Tensor, real: Tensor) -> Tensor:
     Returns:
         [batch, src_len, ...]: rows at the real positions, zeros at the others.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     grid = rows.new_zeros(*real.shape, *rows.shape[1:])
     grid[real] = rows
@@ -105,7 +105,7 @@ def self_attention_at(attn: MultiHeadAttention, rows: Tensor, real: Tensor, mask
     Returns:
         [N, d_model].
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     # projections of the N real rows only, then on the grid for attention: [B, h, S, d_head] each
     q, k, v = (attn.split_heads(on_grid(t, real)) for t in attn.project(rows, rows, rows))
@@ -116,7 +116,7 @@ def self_attention_at(attn: MultiHeadAttention, rows: Tensor, real: Tensor, mask
 def packed_block(block: EncoderBlock, rows: Tensor, mask: Tensor, real: Tensor) -> Tensor:
     """block(x, mask)[real] from the real rows [N, d_model] alone: chapter 07's two sublayers.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     def attend(h: Tensor) -> Tensor:
         return block.dropout1(self_attention_at(block.self_attn, h, real, mask))  # [N, d_model]
@@ -132,7 +132,7 @@ class PackedEncoder(Encoder):
     Where the packed path runs, the memory equals the plain path's at the real positions
     (to float rounding) and is zero at the padding, as torch.nn.TransformerEncoder's.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -186,7 +186,7 @@ class LinearCrossEntropy(torch.autograd.Function):
     that forward computed on the way. Call it through linear_cross_entropy, which checks
     its arguments.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
 
     @staticmethod
@@ -247,7 +247,7 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, bias: Tensor | None, la
             positive int.
         TypeError: hidden, weight or bias is not floating point, or labels are not integers.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     _check_int("chunk_size", chunk_size)
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias)):
@@ -284,7 +284,7 @@ class SlicedLossLanguageModel(LanguageModel):
 
     The same modules and state dict; `speed_up` turns a LanguageModel into one.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
 
     def next_token_loss(self, ids: Tensor, labels: Tensor) -> Tensor:
@@ -320,7 +320,7 @@ def speed_up(model: _ModuleT) -> _ModuleT:
     Raises:
         TypeError: model is not an nn.Module.
 
-    Defined in chapter 14, Appendix: Making it fast (`chapters/14_benchmarks.ipynb`).
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

@@ -27,7 +27,7 @@ class FeedForward(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 06, Position-wise feed-forward network (`chapters/06_feedforward.ipynb`).
+    Defined in chapter 06 (`chapters/06_feedforward.ipynb`).
     """
 
     def __init__(

@@ -28,7 +28,7 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     Yields:
         The model, in eval mode, under torch.no_grad().
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
@@ -235,7 +235,7 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             row only padding, a special id outside the vocabulary or equal to another,
             max_new_tokens < 1 or beyond max_len, use_cache not a bool, a bad src_mask.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     return _decode_translation(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
                                max_new_tokens, use_cache, src_mask, streamer, stopping_criteria)
@@ -267,7 +267,7 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     Raises:
         ValueError: top_k is not a positive integer, or top_p is not in (0, 1].
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     if top_k is not None:
         _check_int("top_k", top_k)
@@ -320,7 +320,7 @@ def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             generator not a torch.Generator.
         ValueError: an argument is out of range (the message names it).
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     choose = _sampler(temperature, top_k, top_p, generator)
     return _decode_translation(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask,
@@ -361,7 +361,7 @@ def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
     Raises:
         ValueError: alpha is negative, NaN or infinite.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     _check_float("alpha", alpha, 0.0)
     return ((5.0 + length.float()) / 6.0) ** alpha
@@ -389,7 +389,7 @@ def sequence_scores(model: Transformer, src: Tensor, tgt: Tensor, alpha: float =
         ValueError: tgt is not [batch, 1 + n] with n >= 1, a row has no generated token
             or a token after padding, or another argument is out of range.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     _check_src(model, src)
     _check_float("alpha", alpha, 0.0)
@@ -453,7 +453,7 @@ def beam_search(model: Transformer, src: Tensor, bos_id: int, eos_id: int, beam_
         TypeError: model is not an encoder-decoder model, or src not an integer tensor.
         ValueError: an argument is out of range (the message names it).
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
@@ -573,7 +573,7 @@ def cross_attention_weights(model: Transformer, src: Tensor, tgt: Tensor) -> Ten
         TypeError: src is not an integer tensor.
         ValueError: src is empty, or a row of it only padding.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     _check_src(model, src)
     found: list[Tensor] = []
@@ -715,7 +715,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         ValueError: an option is out of range or contradicts another (the message names it
             and says what to pass instead).
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     _check_model(model, encoder_decoder=False)
     encoder_decoder = callable(getattr(model, "encode", None))

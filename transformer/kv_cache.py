@@ -23,7 +23,7 @@ class KVCache(dict):
     Args:
         capacity: the most positions it will hold, > 0 (the buffers' time axis).
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
 
     def __init__(self, capacity: int):
@@ -100,7 +100,7 @@ class StaticKVCache(dict):
     and projects only the queries. The memory does not change while a sentence is
     decoded, so its keys and values do not either.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
 
     def project(self, attention: MultiHeadAttention, query: Tensor, key: Tensor,
@@ -147,7 +147,7 @@ class IncrementalDecoder:
         capacity: the most target positions the caches will hold, <bos> included
             (default: the model's max_len).
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
 
     def __init__(self, model: nn.Module, memory: Tensor | None, src_mask: Tensor | None,

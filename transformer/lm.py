@@ -33,7 +33,7 @@ class BigramLanguageModel(nn.Module):
         ValueError: stream is not a 1-D LongTensor of at least 2 ids inside the vocabulary,
             or weight is not a number in [0, 1).
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
 
     unigram: Tensor  # [V], buffers (for type checkers: register_buffer is dynamic)
@@ -95,7 +95,7 @@ def lm_loss(model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int
     Raises:
         ValueError: every label is IGNORE_INDEX (the mean of nothing would be NaN).
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     inputs, labels = batch
     counted = int((labels != IGNORE_INDEX).sum())
@@ -126,7 +126,7 @@ def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int =
     Returns:
         The perplexity, a float >= 1.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     _check_int("batch_size", batch_size)
     inputs, labels = sequential_windows(stream, seq_len)  # [W, T] each
@@ -158,7 +158,7 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
     Returns:
         For each poem, in order, the list of its generated complete lines.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     prompts = [vocab.encode(line + "\n", add_special=True)[:-1] for line in first_lines]  # no <eos>
     written: list[list[str]] = [[] for _ in first_lines]
@@ -235,7 +235,7 @@ class LanguageModel(PretrainedModel):
         ValueError: an argument is out of range, or a name is not in its table (the
             message names it).
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
 
     def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, num_layers: int = 2,
@@ -348,7 +348,7 @@ class LanguageModelCheckpoint(NamedTuple):
         vocab: its CharVocab.
         metrics: what training stored with it (settings, curves, scores); {} if nothing.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
 
     model: "LanguageModel"
@@ -374,7 +374,7 @@ def save_language_model(directory: str | Path, model: "LanguageModel", vocab: Ch
     Raises:
         ValueError: the vocabulary's size is not the model's, or dtype is not a floating dtype.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     if len(vocab) != model.vocab_size:
         raise ValueError(f"vocab has {len(vocab)} tokens but the model's vocab_size is {model.vocab_size}")
@@ -401,7 +401,7 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
         ValueError: a file is malformed, or the vocabulary's size is not the model's (the
             message names the file).
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     directory = Path(directory)
     model = LanguageModel.from_pretrained(directory, map_location=map_location).float().eval()

@@ -23,7 +23,7 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     Raises:
         ValueError: size is not a positive integer.
 
-    Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
+    Defined in chapter 04 (`chapters/04_causal_mask.ipynb`).
     """
     _check_int("size", size)
     position = torch.arange(size, device=device)
@@ -45,7 +45,7 @@ def padding_mask(ids: Tensor, pad_id: int = 0) -> Tensor:
         TypeError: ids is not an integer tensor.
         ValueError: ids is not [batch, seq], or pad_id is not a non-negative integer.
 
-    Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
+    Defined in chapter 04 (`chapters/04_causal_mask.ipynb`).
     """
     _check_token_ids("ids", ids)
     if ids.dim() != 2:
@@ -70,7 +70,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
         TypeError: a mask is not a bool tensor.
         ValueError: the masks do not broadcast together.
 
-    Defined in chapter 04, The causal mask (`chapters/04_causal_mask.ipynb`).
+    Defined in chapter 04 (`chapters/04_causal_mask.ipynb`).
     """
     given = [(i, _bool_mask(m, i)) for i, m in enumerate(masks) if m is not None]
     if not given:

@@ -32,7 +32,7 @@ class PretrainedModel(nn.Module):
         config: the constructor's arguments, JSON-able (str, int, float, bool, None,
             lists and dicts of them).
 
-    Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
+    Defined in chapter 08 (`chapters/08_model.ipynb`).
     """
 
     # Set by chapter 10 (transformer.generation.generate): a chapter never imports a later one.
@@ -203,7 +203,7 @@ class Transformer(PretrainedModel):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
+    Defined in chapter 08 (`chapters/08_model.ipynb`).
     """
 
     def __init__(
@@ -435,7 +435,7 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     Returns:
         The number of scalars in the distinct parameters.
 
-    Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
+    Defined in chapter 08 (`chapters/08_model.ipynb`).
     """
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
@@ -516,7 +516,7 @@ def read_pretrained_config(directory: str | Path) -> dict:
         ValueError: config.json is not valid JSON or lacks what save_pretrained writes;
             the message names the file.
 
-    Defined in chapter 08, The full encoder-decoder model (`chapters/08_model.ipynb`).
+    Defined in chapter 08 (`chapters/08_model.ipynb`).
     """
     path = _existing_file(Path(directory), CONFIG_FILE)
     try:

@@ -82,7 +82,7 @@ def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
 class KeyValueCache(Protocol):
     """What MultiHeadAttention's `cache` argument is (chapter 10 builds two kinds).
 
-    Defined in chapter 05, Multi-head attention (`chapters/05_multihead_attention.ipynb`).
+    Defined in chapter 05 (`chapters/05_multihead_attention.ipynb`).
     """
 
     def project(self, attention: "MultiHeadAttention", query: Tensor, key: Tensor,
@@ -112,7 +112,7 @@ class MultiHeadAttention(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 05, Multi-head attention (`chapters/05_multihead_attention.ipynb`).
+    Defined in chapter 05 (`chapters/05_multihead_attention.ipynb`).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
@@ -306,7 +306,7 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
     Returns:
         output [..., Tq, d_v]; a query that may see no key gets zeros, as in chapter 03.
 
-    Defined in chapter 05, Multi-head attention (`chapters/05_multihead_attention.ipynb`).
+    Defined in chapter 05 (`chapters/05_multihead_attention.ipynb`).
     """
     mask = _check_attention_args(q, k, v, mask, dropout_p, None)
     scale = 1.0 / math.sqrt(q.size(-1))

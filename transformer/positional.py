@@ -28,7 +28,7 @@ def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:
     Raises:
         ValueError: an argument is not an integer in its range, or d_model is odd.
 
-    Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
+    Defined in chapter 02 (`chapters/02_positional_encoding.ipynb`).
     """
     _check_int("length", length, 0)
     _check_int("start", start, 0)
@@ -61,7 +61,7 @@ class PositionalEncoding(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 02, Positional encoding: telling the model where each token stands (`chapters/02_positional_encoding.ipynb`).
+    Defined in chapter 02 (`chapters/02_positional_encoding.ipynb`).
     """
 
     pe: Tensor  # [max_len, d_model], a buffer (for type checkers: register_buffer is dynamic)

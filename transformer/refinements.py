@@ -29,7 +29,7 @@ class RotaryEmbedding(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
+    Defined in chapter 13 (`chapters/13_refinements.ipynb`).
     """
 
     cos: Tensor  # [max_len, d_head / 2], buffers (for type checkers: register_buffer is dynamic)
@@ -105,7 +105,7 @@ class RMSNorm(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
+    Defined in chapter 13 (`chapters/13_refinements.ipynb`).
     """
 
     def __init__(self, d_model: int, eps: float = 1e-6):
@@ -138,7 +138,7 @@ class SwiGLU(nn.Module):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
+    Defined in chapter 13 (`chapters/13_refinements.ipynb`).
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1):
@@ -164,7 +164,7 @@ def swiglu_width(d_ff: int) -> int:
 
     Three matrices instead of two: two thirds of d_ff, rounded to a multiple of 4.
 
-    Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
+    Defined in chapter 13 (`chapters/13_refinements.ipynb`).
     """
     return 4 * round(2 / 3 * _check_int("d_ff", d_ff) / 4)
 
@@ -184,7 +184,7 @@ class GroupedQueryAttention(MultiHeadAttention):
     Raises:
         ValueError: an argument is of the wrong type or out of range (named in the message).
 
-    Defined in chapter 13, The modern refinements (`chapters/13_refinements.ipynb`).
+    Defined in chapter 13 (`chapters/13_refinements.ipynb`).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True,

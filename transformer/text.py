@@ -21,7 +21,7 @@ class Document(NamedTuple):
         title: the poem's title.
         text: its lines, joined by newlines.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
 
     author: str
@@ -47,7 +47,7 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
         ValueError: a header line is malformed or a document has no text (the message
             names the file and the line).
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     path = Path(path)
     if not path.is_file():
@@ -93,7 +93,7 @@ def line_groups(texts: Sequence[str], min_clause: int = MIN_CLAUSE) -> list[int]
         One group number per text, in [0, number of groups): the smallest index of its
         group, renumbered in order of first appearance.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     _check_int("min_clause", min_clause)
     parent = list(range(len(texts)))
@@ -122,7 +122,7 @@ class TextSplit(NamedTuple):
         valid: the documents that choose settings and when to stop training.
         test: the documents that measure the final model, once.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
 
     train: list[Document]
@@ -152,7 +152,7 @@ def split_documents(documents: list[Document], valid_fraction: float = 0.05,
         ValueError: a fraction is not a number in [0, 1), or together they leave no
             document for training.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     _check_float("valid_fraction", valid_fraction, 0.0, 1.0)  # chapter 01's shared checks
     _check_float("test_fraction", test_fraction, 0.0, 1.0)
@@ -200,7 +200,7 @@ class CharVocab(Vocab):
     Raises:
         ValueError: an item of chars is not a single character.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
 
     def __init__(self, chars: Iterable[str]):
@@ -297,7 +297,7 @@ def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
         TypeError: texts is one str (it would be read as one text per character).
         ValueError: there is no text, or one text is empty.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a list of texts, got one str (read character by character, each "
@@ -320,7 +320,7 @@ def next_token_labels(targets: Tensor) -> Tensor:
     Returns:
         A copy of targets with IGNORE_INDEX (chapter 09) where it held BOS_ID or PAD_ID.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     return targets.masked_fill((targets == BOS_ID) | (targets == PAD_ID), IGNORE_INDEX)
 
@@ -352,7 +352,7 @@ def random_windows(stream: Tensor, batch_size: int, seq_len: int,
         ValueError: stream is not a 1-D LongTensor, batch_size or seq_len is not a
             positive integer, or the stream is shorter than one window.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     _check_windows(stream, seq_len, seq_len + 1)
     _check_int("batch_size", batch_size)
@@ -379,7 +379,7 @@ def sequential_windows(stream: Tensor, seq_len: int) -> tuple[Tensor, Tensor]:
         ValueError: stream is not a 1-D LongTensor of at least 2 ids, or seq_len is not a
             positive integer.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     _check_windows(stream, seq_len, 2)
     count = math.ceil((len(stream) - 1) / seq_len)  # W
@@ -405,7 +405,7 @@ def verse_form(line: str) -> int | None:
     Returns:
         n, or None if the line does not have the form.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     match = VERSE_LINE.fullmatch(line)
     if match is None or len(match.group(1)) != len(match.group(2)) or len(match.group(1)) not in (5, 7):
@@ -425,7 +425,7 @@ def verse_form_share(lines: Iterable[str]) -> float:
     Raises:
         ValueError: there is no line.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     forms = [verse_form(line) for line in lines]
     if not forms:
@@ -446,7 +446,7 @@ def longest_shared_run(text: str, corpus: str) -> str:
     Returns:
         The longest run (possibly empty); the first one if several are as long.
 
-    Defined in chapter 11, A decoder-only language model (`chapters/11_language_model.ipynb`).
+    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     best, start = "", 0
     for end in range(1, len(text) + 1):

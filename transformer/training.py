@@ -32,7 +32,7 @@ def shift_targets(tgt: Tensor, pad_id: int = PAD_ID) -> tuple[Tensor, Tensor]:
         ValueError: tgt is not [B, T] with B >= 1 and T >= 2, or pad_id is not a
             non-negative integer.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_token_ids("tgt", tgt)
     _check_int("pad_id", pad_id, 0)
@@ -85,7 +85,7 @@ def label_smoothed_cross_entropy(logits: Tensor, labels: Tensor, eps: float = 0.
         ValueError: the shapes disagree, eps is out of range, a label is neither a class
             id nor ignore_index, or every label is ignore_index (checked in eager mode).
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_token_ids("labels", labels)
     if logits.shape[:-1] != labels.shape:
@@ -118,7 +118,7 @@ def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) ->
     Raises:
         ValueError: an argument is out of range (bools, NaN and infinity included).
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_int("step", step, 0)
     _check_int("d_model", d_model)
@@ -149,7 +149,7 @@ def make_optimizer(model: torch.nn.Module, warmup: int = 4000, factor: float = 1
         ValueError: an argument is out of range, or d_model is None and the model has no
             `d_model` attribute.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if d_model is None:
         d_model = getattr(model, "d_model", None)
@@ -185,7 +185,7 @@ def translation_loss(model: torch.nn.Module, batch: tuple[Tensor, Tensor], eps: 
     Raises:
         ValueError: batch is not a pair of id tensors of matching batch size.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if not isinstance(batch, (tuple, list)) or len(batch) != 2:
         raise ValueError(f"a translation batch must be a pair (src [B, S], tgt [B, T]), got "
@@ -209,7 +209,7 @@ class TrainState:
         scheduler: the learning-rate schedule, stepped after each update, or None.
         step: the number of updates made so far (default 0).
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     model: torch.nn.Module
@@ -253,7 +253,7 @@ class StepResult(NamedTuple):
         grad_norm: the gradient's norm before clipping.
         lr: the learning rate of the update.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     loss: float
@@ -281,7 +281,7 @@ def train_step(state: TrainState, batch: Any, loss_fn: LossFn = translation_loss
         ValueError: clip is out of range, or the batch holds no token.
         FloatingPointError: the loss is NaN or infinite (the model is left unchanged).
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if clip is not None:
         _check_float("clip", clip, 0.0, low_closed=False)
@@ -303,7 +303,7 @@ def check_loss(loss: float, tokens: int, step: int) -> None:
         ValueError: tokens is 0.
         FloatingPointError: loss is NaN or infinite.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if tokens == 0:
         raise ValueError("the batch holds no token to learn from (every label is ignored)")
@@ -325,7 +325,7 @@ def take_step(state: TrainState, clip: float | None,
     Returns:
         (the gradient's norm before clipping, the learning rate of this update).
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     params = [p for p in state.model.parameters() if p.requires_grad]
     grad_norm = torch.nn.utils.clip_grad_norm_(params, math.inf if clip is None else clip)
@@ -359,7 +359,7 @@ def evaluate_loss(model: torch.nn.Module, batches: Iterable, loss_fn: LossFn = t
     Raises:
         ValueError: batches yields no token.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     was_training = model.training
     model.eval()
@@ -402,7 +402,7 @@ def fit(state: TrainState, batches: Iterable | Callable[[int], Iterable], *,
             is used up after one epoch: pass a list, a DataLoader or a function).
         FloatingPointError: the loss became NaN or infinite.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_int("epochs", epochs)
     _check_bool("progress", progress)
@@ -477,7 +477,7 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
         ValueError: train_pairs is empty, a sentence cannot be encoded (empty, too long
             for the model, a special token's string), or an argument is out of range.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one (source, target) pair, got none")
@@ -510,7 +510,7 @@ class Checkpoint(NamedTuple):
         tgt_vocab: its target vocabulary, or None.
         metrics: the metrics saved with it ({} if none).
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     model: Transformer
@@ -540,7 +540,7 @@ def save_checkpoint(directory: str | Path, model: Transformer, src_vocab: Vocab 
         ValueError: only one vocabulary is given, a vocabulary's size is not the model's,
             or metrics is not a JSON-able dict.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     if (src_vocab is None) != (tgt_vocab is None):
         raise ValueError("pass both src_vocab and tgt_vocab, or neither")
@@ -592,7 +592,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
         ValueError: a file is malformed (the message names it and says what is wrong), or
             only one of the two vocabulary files is there.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
@@ -643,7 +643,7 @@ class Evaluation(NamedTuple):
         exact_match: the share of sentences translated word for word right.
         hypotheses: the model's translations, in the order of the pairs.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
 
     exact_match: float
@@ -670,7 +670,7 @@ def evaluate_translation(model: Transformer, pairs: list[tuple[str, str]], src_v
     Raises:
         ValueError: pairs is empty, a source cannot be encoded, or an argument is out of range.
 
-    Defined in chapter 09, Training: teaching the model to translate (`chapters/09_training.ipynb`).
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
     _check_int("max_new_tokens", max_new_tokens)
     was_training = model.training

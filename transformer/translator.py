@@ -25,7 +25,7 @@ class UnknownWordsError(ValueError):
         words: the unknown words (each once, in order of appearance), kept as `.words`;
             the message names them.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
 
     def __init__(self, words: list[str]):
@@ -47,7 +47,7 @@ class Translator:
         src_vocab: the source vocabulary it was trained with.
         tgt_vocab: the target vocabulary.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
 
     def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab):
@@ -129,7 +129,7 @@ def load_translator(directory: str | Path | None = None) -> Translator:
         ValueError: a file is malformed (the message names it), or the checkpoint has
             no vocabularies.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     directory = TRANSLATOR_CHECKPOINT if directory is None else _as_directory(directory)
     checkpoint = load_checkpoint(directory)
@@ -162,7 +162,7 @@ def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
         ValueError: a sentence is empty, holds a special token's string, or is too long;
             or beam_size is not a positive integer.
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     return _shipped_translator()(text, beam_size=beam_size)
 
@@ -186,7 +186,7 @@ def translate_command(argv: list[str] | None = None) -> int:
         input (a sentence with unknown words, a special token, no words, or too long; a
         bad option, as argparse reports it).
 
-    Defined in chapter 10, Generation: greedy, sampling, beam search and the KV cache (`chapters/10_generation.ipynb`).
+    Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     parser = argparse.ArgumentParser(prog="python -m transformer translate",
                                      description="Translate English sentences into Chinese with the "
