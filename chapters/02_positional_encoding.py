@@ -286,19 +286,15 @@ class PositionalEncoding(nn.Module):
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor [batch, seq, {self.d_model}], got {type(x).__name__}")
         if not x.is_floating_point():
-            raise TypeError(
-                f"x must be a floating-point tensor of embeddings, got dtype {x.dtype} "
-                "(token ids go through TokenEmbedding first)"
-            )
+            raise TypeError(f"x must be a floating-point tensor of embeddings, got dtype {x.dtype} "
+                            "(token ids go through TokenEmbedding first)")
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"x must have shape [batch, seq, {self.d_model}], got {tuple(x.shape)}")
         _check_int("start", start, 0)
         seq = x.size(1)
         if start + seq > self.max_len:
-            raise ValueError(
-                f"positions {start}..{start + seq - 1} (start={start}, seq={seq}) exceed "
-                f"max_len={self.max_len}; build PositionalEncoding with a larger max_len"
-            )
+            raise ValueError(f"positions {start}..{start + seq - 1} (start={start}, seq={seq}) exceed "
+                             f"max_len={self.max_len}; build PositionalEncoding with a larger max_len")
         return self.dropout(x + self.pe[start:start + seq].to(x.dtype))  # [seq, d_model] broadcasts over batch
 
 

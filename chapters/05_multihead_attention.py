@@ -197,29 +197,24 @@ def _check_attention_inputs(d_model: int, dtype: torch.dtype, query: Tensor, key
     dtype is the module's weights' dtype, which the inputs must share.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_attention_input(name, x, d_model, dtype)
+        _check_sequence(name, x, d_model, dtype)
     if key.size(0) != query.size(0) or value.size(0) != query.size(0):
-        raise ValueError(
-            "query, key and value must have the same batch size, got "
-            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
+        raise ValueError("query, key and value must have the same batch size, got query "
+                         f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
     if key.size(1) != value.size(1):
-        raise ValueError(
-            f"key and value must have the same length, got key {tuple(key.shape)}, "
-            f"value {tuple(value.shape)}"
-        )
+        raise ValueError(f"key and value must have the same length, got key {tuple(key.shape)}, "
+                         f"value {tuple(value.shape)}")
 
 
-def _check_attention_input(name: str, x: object, d_model: int, dtype: torch.dtype) -> None:
-    """A ValueError unless x is a tensor [batch, len, d_model]; a TypeError unless of dtype."""
+def _check_sequence(name: str, x: object, d_model: int, dtype: torch.dtype) -> None:
+    """A ValueError unless x is a tensor [batch, len, d_model]; a TypeError unless of dtype,
+    the module's weights' dtype (chapter 07's blocks check their inputs with it too)."""
     if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
         got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
     if x.dtype != dtype:
-        raise TypeError(
-            f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
-            f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
-        )
+        raise TypeError(f"{name} has dtype {x.dtype} but the module's weights are {dtype}: convert "
+                        f"one to the other ({name}.to({dtype}) or module.to({x.dtype}))")
 
 # %% [markdown]
 # A mask broadcasts from the right, so a `[B, Tk]` padding mask (the key-padding form of
@@ -263,31 +258,22 @@ def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name:
 # `torch.nn.MultiheadAttention`, the module's dropout (an `nn.Dropout`) acts on the
 # attention weights, in training mode only.
 # Also as there, `forward` returns the weights unless told `need_weights=False`; then it
-# returns `None` for them and may take a faster path that never stores them (chapter 07's
-# blocks do that, since nothing reads the weights inside a model).
+# returns `None` for them (chapter 07's blocks ask for none, since nothing reads the
+# weights inside a model, and appendix 14 uses that to take a faster path).
 #
-# **One matrix multiply instead of three.** In self-attention `query`, `key` and `value`
-# are the same tensor $X$, and $[XW^Q \; XW^K \; XW^V] = X\,[W^Q \; W^K \; W^V]$: stacking
-# the three weights into one `[3·d_model, d_model]` matrix (this is exactly
-# `torch.nn.MultiheadAttention`'s `in_proj_weight`) gives the same numbers from one bigger
-# multiply instead of three. The arithmetic is the same; what is saved is two calls and
-# two passes over $X$, forward and backward. `project` does that whenever the three inputs
-# are one tensor (`tests/test_multihead.py` checks that outputs and gradients match the
-# three separate projections). We keep the four `nn.Linear` layers as the parameters, so
-# that the names stay readable and the weights copy one-to-one, and stack them on the fly
-# (a copy of $3d^2$ numbers, small next to the multiply itself when there are many
-# positions).
+# `forward` is four steps, each a method: `project` (the three projections), `split_heads`,
+# `attend` (chapter 03's attention on every head at once) and `merge_heads`, then
+# `out_proj`. Keeping each step a method of its own lets a later variant change one step
+# alone.
 #
-# Two optional arguments and one method look ahead, and by default change nothing.
+# Two optional arguments look ahead, and by default change nothing.
 # `forward`'s `cache` lets chapter 10 hand in the keys and values of earlier steps when
 # the decoder writes one token at a time: an object whose `project` returns the new
 # queries with the keys and values of every position so far (chapter 10 builds it). The
 # constructor's `positional` takes a module (or
 # a function) `f(x, start)` that gives the queries and keys their positions inside
 # attention, for the models of chapter 13 that do not add positions to the embeddings
-# (`place` applies it; `start` is the position of the first query). And the attention
-# itself, from the heads of Q, K and V to the heads of the output, is one method,
-# `attend`, so that a variant of the module can change that step alone.
+# (`place` applies it; `start` is the position of the first query).
 
 # %%
 #| export
@@ -296,22 +282,9 @@ from typing import Protocol
 
 from torch import nn
 
-import math
-
-from torch.nn import functional as F
-
-from transformer.attention import _check_attention_args, scaled_dot_product_weights
+from transformer.attention import scaled_dot_product_weights
 from transformer.embedding import _check_bool, _check_float, _check_int
-
-
-def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
-    """x [..., d_in] through several Linear layers at once -> their outputs side by side.
-
-    Same math as torch.cat([layer(x) for layer in layers], -1), in one matrix multiply.
-    """
-    weight = torch.cat([layer.weight for layer in layers])  # [sum of d_out, d_in]
-    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
-    return nn.functional.linear(x, weight, bias)
+from transformer.masks import causal_mask
 
 
 class KeyValueCache(Protocol):
@@ -325,7 +298,7 @@ class KeyValueCache(Protocol):
 
 
 class MultiHeadAttention(nn.Module):
-    """num_heads attention heads computed in parallel from fused projections.
+    """num_heads attention heads computed in parallel: split, attend, merge.
 
     Masks are bool, True = may attend (torch.nn.MultiheadAttention uses the opposite
     convention). Dropout acts on the attention weights in training mode only, as in
@@ -351,9 +324,7 @@ class MultiHeadAttention(nn.Module):
         _check_int("d_model", d_model)
         _check_int("num_heads", num_heads)
         if d_model % num_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
-            )
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         _check_float("dropout", dropout, 0.0, 1.0)
         _check_bool("bias", bias)
         if positional is not None and not callable(positional):
@@ -394,13 +365,7 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
     def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V projections, with as few matrix multiplies as possible.
-
-        Self-attention (query is key is value): ONE multiply by the three weights
-        stacked, [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight).
-        Otherwise three, one per nn.Linear (cross-attention keeps k_proj and v_proj as
-        calls of their own, so that chapter 10 can count the key projections with a
-        forward hook on k_proj).
+        """The Q, K and V projections, every head at once.
 
         Args:
             query: [B, Tq, d_model].
@@ -411,10 +376,6 @@ class MultiHeadAttention(nn.Module):
             q [B, Tq, d_model], k [B, Tk, d_model] and v [B, Tk, d_model] (each as wide as
             its projection's output).
         """
-        if query is key and key is value:
-            layers = (self.q_proj, self.k_proj, self.v_proj)
-            qkv = _fused_linear(query, layers)  # [B, T, 3·d_model]
-            return qkv.split([layer.out_features for layer in layers], dim=-1)  # three views, no copy
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
     def forward(
@@ -439,13 +400,12 @@ class MultiHeadAttention(nn.Module):
                 the queries of the new positions and the keys and values of every position
                 so far, as chapter 10's KVCache and StaticKVCache do.
             need_weights: return the attention weights (default True, as
-                torch.nn.MultiheadAttention). False returns None for them and lets
-                `attend` run PyTorch's fused kernel; the blocks of chapter 07 pass False. To read
-                the weights of a module inside a model, register a forward pre-hook
+                torch.nn.MultiheadAttention). False returns None for them (the blocks of
+                chapter 07 pass False; appendix 14's faster path needs it). To read the
+                weights of a module inside a model, register a forward pre-hook
                 (with_kwargs=True) that sets kwargs["need_weights"] = True.
             is_causal: query i may attend only to keys 0..i (Tq == Tk), on top of mask:
-                chapter 04's causal mask as a flag, as in PyTorch, which lets the fused
-                kernel skip the blocks above the diagonal (default False).
+                chapter 04's causal mask given as a flag, as in PyTorch (default False).
 
         Returns:
             output [B, Tq, d_model], and weights [B, num_heads, Tq, Tk] (after dropout)
@@ -488,75 +448,21 @@ class MultiHeadAttention(nn.Module):
             k: keys [B, h, Tk, d_head].
             v: values [B, h, Tk, d_head].
             mask: optional bool, True = may attend, broadcastable to [B, h, Tq, Tk].
-            need_weights: return the weights (else PyTorch's fused kernel, and None).
+            need_weights: return the weights (else None for them).
             is_causal: query i sees keys 0..i only (Tq == Tk), on top of mask: chapter
                 04's causal mask given as a flag, as in PyTorch.
 
         Returns:
             out [B, h, Tq, d_head], and weights [B, h, Tq, Tk] or None.
         """
-        dropout_p = self.dropout.p if self.training else 0.0
         if is_causal and q.size(-2) != k.size(-2):
             raise ValueError(f"is_causal needs Tq == Tk (query i sees keys 0..i), got Tq {q.size(-2)} "
                              f"and Tk {k.size(-2)}; pass a mask instead")
-        # The fast path, chosen here once (chapter 14 shows it equal and measures it).
-        if _why_not_fused(need_weights, dropout_p, q.device) is None:
-            return fused_attention(q, k, v, mask, dropout_p, is_causal), None
-        if is_causal:
-            mask = _and_causal(mask, q.size(-2), q.device)
+        if is_causal:  # chapter 04's mask, and with the one given
+            causal = causal_mask(q.size(-2), q.device)  # [1, 1, Tq, Tk]
+            mask = causal if mask is None else mask & causal
         weights = self.dropout(scaled_dot_product_weights(q, k, mask))  # [B, h, Tq, Tk]
         return weights @ v, (weights if need_weights else None)  # [B, h, Tq, d_head]
-
-
-# %% [markdown]
-# When nobody reads the weights (chapter 07's blocks pass `need_weights=False`), `attend`
-# hands the work to PyTorch's fused kernel, `F.scaled_dot_product_attention`, which
-# computes the same output without ever storing the `[Tq, Tk]` matrix; `_why_not_fused`
-# says when it does not, as PyTorch's own layers name the reason their fast path does not
-# apply. Chapter 14 explains how such a kernel works, shows that it gives what chapter
-# 03's function gives, and measures what it saves. The helpers:
-
-# %%
-#| export
-def _why_not_fused(need_weights: bool, dropout_p: float, device: torch.device) -> str | None:
-    """Why attend does not hand the work to PyTorch's fused kernel, or None when it does."""
-    if need_weights:
-        return "the weights are asked for, and the fused kernel never stores them"
-    if dropout_p > 0.0 and device.type == "cpu":
-        return "dropout on the CPU, where PyTorch's kernel falls back to a slower unfused path"
-    return None
-
-
-def _and_causal(mask: Tensor | None, size: int, device: torch.device) -> Tensor:
-    """mask & chapter 04's causal mask [size, size] (the causal mask alone if mask is None)."""
-    causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # [Tq, Tk]
-    return causal if mask is None else mask & causal
-
-
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                    dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
-    """Chapter 03's attention output through PyTorch's fused kernel, which keeps no weights.
-
-    Args:
-        q: queries [..., Tq, d_k]; k: keys [..., Tk, d_k]; v: values [..., Tk, d_v].
-        mask: optional bool, True = may attend, broadcastable to [..., Tq, Tk].
-        dropout_p: dropout probability on the weights, in [0, 1) (default 0.0).
-        is_causal: query i sees keys 0..i only, on top of mask (default False).
-
-    Returns:
-        output [..., Tq, d_v]; a query that may see no key gets zeros, as in chapter 03.
-    """
-    mask = _check_attention_args(q, k, v, mask, dropout_p, None)
-    scale = 1.0 / math.sqrt(q.size(-1))
-    if mask is None:  # with is_causal the kernel skips the blocks above the diagonal
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=is_causal)
-    if is_causal:
-        mask = _and_causal(mask, q.size(-2), q.device)
-    # A row with no visible key would be 0/0 inside the kernel (NaN in older PyTorch
-    # releases): let it see every key, then zero its output, as chapter 03's function does.
-    has_key = mask.any(dim=-1, keepdim=True)  # [..., Tq, 1]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale)
-    return out.masked_fill(~has_key, 0.0)  # [..., Tq, d_v]
 
 
 # %% [markdown]
@@ -653,7 +559,7 @@ assert all(n_params(MultiHeadAttention(512, hh)) == 4 * (512 * 512 + 512) == sin
            for hh in (1, 2, 4, 8, 16))
 
 # %% [markdown]
-# ### Two ways to build it: a list of heads, or one fused projection
+# ### Two ways to build it: a list of heads, or one batched module
 #
 # The formula suggests a direct translation: keep a list of $h$ small
 # `Linear(d_model, d_k)` layers for each of Q, K, V, run attention once per head,
@@ -681,42 +587,40 @@ class PerHeadAttention(nn.Module):
         return self.out_proj(out), torch.stack([w for _, w in results], dim=1)
 
 
-def copy_per_head_into(fused: MultiHeadAttention, per_head: PerHeadAttention) -> None:
-    """Stack head i's weights into rows i*d_head:(i+1)*d_head of the fused projections."""
-    d = fused.d_head
+def copy_per_head_into(batched: MultiHeadAttention, per_head: PerHeadAttention) -> None:
+    """Stack head i's weights into rows i*d_head:(i+1)*d_head of the batched projections."""
+    d = batched.d_head
     with torch.no_grad():
         for i, hd in enumerate(per_head.heads):
             for name in ("q", "k", "v"):
-                proj = getattr(fused, f"{name}_proj")
+                proj = getattr(batched, f"{name}_proj")
                 proj.weight[i * d:(i + 1) * d] = hd[name].weight
                 proj.bias[i * d:(i + 1) * d] = hd[name].bias
-        fused.out_proj.load_state_dict(per_head.out_proj.state_dict())
+        batched.out_proj.load_state_dict(per_head.out_proj.state_dict())
 
 
 per_head = PerHeadAttention(d_model, h)
-fused = MultiHeadAttention(d_model, h)
-copy_per_head_into(fused, per_head)
+batched = MultiHeadAttention(d_model, h)
+copy_per_head_into(batched, per_head)
 tgt_causal = causal_mask(len(tgt_tokens))  # [1, 1, 4, 4]
 a_out, a_w = per_head(tgt, tgt, tgt, tgt_causal[:, 0])
-b_out, b_w = fused(tgt, tgt, tgt, tgt_causal)
-print("per-head == fused (to 1e-6): output", torch.allclose(a_out, b_out, atol=1e-6),
+b_out, b_w = batched(tgt, tgt, tgt, tgt_causal)
+print("per-head == batched (to 1e-6): output", torch.allclose(a_out, b_out, atol=1e-6),
       " weights", torch.allclose(a_w, b_w, atol=1e-6))
-print("parameters:", n_params(per_head), n_params(fused))
+print("parameters:", n_params(per_head), n_params(batched))
 
 # %%
 assert torch.allclose(a_out, b_out, atol=1e-6) and torch.allclose(a_w, b_w, atol=1e-6)
-assert n_params(per_head) == n_params(fused)
+assert n_params(per_head) == n_params(batched)
 
 # %% [markdown]
 # Same function, same parameters. What differs is speed: the per-head version launches
-# $3h$ small matrix multiplies and $h$ attention calls from a Python loop; the fused
-# version makes one multiply for Q, K and V together and one batched attention call
+# $3h$ small matrix multiplies and $h$ attention calls from a Python loop; the batched
+# version makes one multiply for each of Q, K and V and one attention call for every head
 # (plus, in both, the output projection). Timed on a forward and backward pass (batch 8,
-# length 32, `d_model = 256`, with 2 and with 16 heads), best of 7 runs, in CPU time on
-# one thread (process time counts the work this program does, so other programs on a busy
-# machine distort it far less than a wall clock would). With 2 heads the two take about
-# the same time; the gap grows with the number of heads, since the loop's overhead is
-# paid per head:
+# length 32, `d_model = 256`, with 2 and with 16 heads), best of 7 runs (appendix 14
+# says how the book times). The gap grows with the number of heads, since the loop's
+# overhead is paid per head:
 
 # %%
 def best_time(fn, repeats: int = 7) -> float:
@@ -742,16 +646,16 @@ def step(module):
     return lambda: module(x_big, x_big, x_big)[0].sum().backward()
 
 
-timings = {}  # heads -> (per-head seconds, fused seconds)
+timings = {}  # heads -> (per-head seconds, batched seconds)
 for n_heads in (2, 16):
     timings[n_heads] = (best_time(step(PerHeadAttention(256, n_heads))),
                         best_time(step(MultiHeadAttention(256, n_heads))))
-speed_up = {n_heads: t_loop / t_fused for n_heads, (t_loop, t_fused) in timings.items()}
+speed_up = {n_heads: t_loop / t_batched for n_heads, (t_loop, t_batched) in timings.items()}
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-for n_heads, (t_loop, t_fused) in timings.items():
-    print(f"{n_heads:2d} heads: per-head {t_loop * 1e3:5.1f} ms   fused {t_fused * 1e3:5.1f} ms   "
+for n_heads, (t_loop, t_batched) in timings.items():
+    print(f"{n_heads:2d} heads: per-head {t_loop * 1e3:5.1f} ms   batched {t_batched * 1e3:5.1f} ms   "
           f"speed-up {speed_up[n_heads]:.2f}x")
 
 # %%
@@ -1184,7 +1088,7 @@ print("ex4 passed")
 #   width $d_\text{model}$ plus $W^O$: $4(d_\text{model}^2 + d_\text{model})$.
 # * In code the $h$ projections are one `Linear`; heads are feature slices, cut out with
 #   `view` + `transpose` (`[B, T, d] → [B, h, T, d/h]`) and glued back with
-#   `transpose` + `reshape`. The fused form equals the per-head list, and is faster once
+#   `transpose` + `reshape`. The batched form equals the per-head list, and is faster once
 #   there are more than a few heads.
 # * Self- and cross-attention differ only in where key and value come from; the output
 #   has the query's length.

@@ -307,8 +307,8 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 # `[batch, heads, q_len, k_len]` (as in `F.scaled_dot_product_attention`; note that
 # `torch.nn.MultiheadAttention` and the `nn.Transformer*` layers use the opposite
 # convention). For the encoder it is the source padding mask `[B, 1, 1, S]`. A block never
-# reads the attention weights, so it asks for `need_weights=False`, which lets attention
-# take its fused path (chapter 05).
+# reads the attention weights, so it asks for `need_weights=False` (which lets appendix
+# 14's faster attention skip them).
 #
 # The norm is an argument, `norm`: a function of `d_model` that builds one (default
 # `nn.LayerNorm`, the paper's). Chapter 13 passes a cheaper one that later models use.
@@ -317,12 +317,11 @@ assert all(change["LayerNorm"][name] < 1e-5 for name in batches)  # LayerNorm ne
 #| export
 from collections.abc import Callable
 
-import torch
 from torch import Tensor, nn
 
 from transformer.embedding import _check_bool, _check_int
 from transformer.feedforward import FeedForward
-from transformer.multihead import KeyValueCache, MultiHeadAttention
+from transformer.multihead import KeyValueCache, MultiHeadAttention, _check_sequence
 
 
 def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
@@ -331,16 +330,6 @@ def _make_norm(norm: Callable[[int], nn.Module], d_model: int) -> nn.Module:
     if not isinstance(module, nn.Module):
         raise ValueError(f"norm must be a function of d_model that builds a module (nn.LayerNorm), got {norm!r}")
     return module
-
-
-def _check_stream(x: Tensor, d_model: int, name: str, dtype: torch.dtype) -> None:
-    """Raise a clear error unless x is [batch, seq, d_model] in the blocks' dtype."""
-    if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{name} must have shape [batch, seq, {d_model}], got {shape}")
-    if x.dtype != dtype:
-        raise TypeError(f"{name} has dtype {x.dtype} but the block's weights are {dtype}: "
-                        f"convert one to the other ({name}.to({dtype}) or block.to({x.dtype}))")
 
 
 def sublayer_connection(x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], Tensor],
@@ -398,7 +387,7 @@ class EncoderBlock(nn.Module):
         self.norm_first = _check_bool("norm_first", norm_first)
 
     def _sa_block(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        # nobody reads the weights here, so attention may take its fused path (chapter 05)
+        # nobody reads the weights here (appendix 14's fused attention then skips them)
         return self.dropout1(self.self_attn(x, x, x, mask, need_weights=False)[0])  # [B, S, d_model]
 
     def _ff_block(self, x: Tensor) -> Tensor:
@@ -419,7 +408,7 @@ class EncoderBlock(nn.Module):
             ValueError: x or src_mask has the wrong shape.
             TypeError: x's dtype differs from the weights', or src_mask is not bool.
         """
-        _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
+        _check_sequence("x", x, self.d_model, self.self_attn.out_proj.weight.dtype)
         x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, src_mask), self.norm_first)
         return sublayer_connection(x, self.norm2, self._ff_block, self.norm_first)
 
@@ -571,7 +560,7 @@ class DecoderBlock(nn.Module):
             TypeError: x's or memory's dtype differs from the weights', or a mask is not bool.
         """
         _check_bool("tgt_is_causal", tgt_is_causal)
-        _check_stream(x, self.d_model, "x", self.self_attn.out_proj.weight.dtype)
+        _check_sequence("x", x, self.d_model, self.self_attn.out_proj.weight.dtype)
         self._check_memory(x, memory, memory_mask)
         self_cache, cross_cache = _layer_caches(cache, self.cross_attn is not None)
         x = sublayer_connection(x, self.norm1, lambda h: self._sa_block(h, tgt_mask, self_cache, tgt_is_causal),
@@ -593,7 +582,7 @@ class DecoderBlock(nn.Module):
         if memory is None:
             raise ValueError("memory is None, but this DecoderBlock cross-attends to it: pass the "
                              "encoder output [batch, src_len, d_model] (or build it with cross_attention=False)")
-        _check_stream(memory, self.d_model, "memory", self.self_attn.out_proj.weight.dtype)
+        _check_sequence("memory", memory, self.d_model, self.self_attn.out_proj.weight.dtype)
         if memory.size(0) != x.size(0):
             raise ValueError(
                 f"memory has batch size {memory.size(0)} but x has {x.size(0)}: "

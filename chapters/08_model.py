@@ -613,9 +613,12 @@ def _json_text(name: str, value: object) -> str:
 
 
 def _constructor_class(cls: type) -> type:
-    """The class whose __init__ builds cls's models: the one a checkpoint names, so that a
-    subclass that only adds methods (chapter 14's speed paths) saves and loads as it."""
-    return next(c for c in cls.__mro__ if "__init__" in vars(c))
+    """The class a checkpoint names: cls, or, if cls only adds methods to its parent (chapter
+    14's speed paths), the first class up its line that defines a constructor or a class
+    attribute (chapter 13's model, which adds names to chapter 11's tables)."""
+    def builds(c: type) -> bool:
+        return "__init__" in vars(c) or any(not callable(v) for k, v in vars(c).items() if not k.startswith("__"))
+    return next(c for c in cls.__mro__ if builds(c))
 
 
 def _save_pretrained(model: PretrainedModel, directory: Path, metadata: dict | None) -> Path:
@@ -1144,12 +1147,9 @@ assert count_parameters(PositionalEncoding(512, max_len=512, dropout=0.1)) == 0 
 # The parameters do not grow with the sentence length, but the attention matrices
 # do, quadratically: for $n = 2048$ one head's matrix has $2048^2 \approx 4.2$M
 # entries, and with 8 heads in float32 that is 134 MB **per layer per sentence**.
-# Chapter 03's attention keeps such matrices for the backward pass; PyTorch's fused
-# kernel, which the book's blocks call when they ask for no weights (chapter 05), keeps
-# none of them and recomputes what it needs (appendix 14, section 3, measures both:
-# 16.0 MiB against 1.0 MiB kept on its example). The measurement below shows the same:
-# at $n = 1024$ the explained path saves 20.09 MB for backward, more than the 16.78 MB of
-# the attention weights alone, and the fused path 3.33 MB.
+# Chapter 03's attention, which the book's blocks run, keeps such matrices for the
+# backward pass. (A fused attention kernel keeps none of them and recomputes what it
+# needs; appendix 14, section 3, builds it into the model and measures what it saves.)
 
 # %%
 n = 2048
@@ -1160,28 +1160,11 @@ print(f"n = {n}: {per_head:,} entries per head; x 8 heads x 4 bytes = {per_head 
 # We measure it on one encoder block (width 64, 4 heads, batch 1) for growing $n$:
 # the memory that the forward pass saves for backward (counted exactly, tensor by
 # tensor, through `torch.autograd.graph.saved_tensors_hooks`) and the forward time.
-# The block runs attention on its fused path (`need_weights=False`, chapter 05); to see
-# the matrices we also run it on chapter 03's path (the "explained" path below), by
-# switching `need_weights` back on with a forward pre-hook on its attention module (the
-# way chapter 10 reads attention weights out of a trained model).
 
 # %%
 lengths = [64, 128, 256, 512, 1024]
 torch.manual_seed(0)
 probe = EncoderBlock(64, 4, 256, dropout=0.0)
-
-
-@contextlib.contextmanager
-def explained_attention(block: nn.Module):
-    """Inside the block, attention computes and returns its weights (need_weights=True)."""
-    def want_weights(_module, args, kwargs):
-        return args, {**kwargs, "need_weights": True}
-
-    handle = block.self_attn.register_forward_pre_hook(want_weights, with_kwargs=True)
-    try:
-        yield block
-    finally:
-        handle.remove()
 
 
 def saved_bytes(block: nn.Module, length: int) -> int:
@@ -1202,12 +1185,10 @@ def saved_bytes(block: nn.Module, length: int) -> int:
     return total
 
 
-fused_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
-with explained_attention(probe):
-    memory_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
-print(f"{'n':>6s} {'explained (MB)':>15s} {'fused (MB)':>11s} {'attention weights alone (MB)':>29s}")
-for n, mb, fmb in zip(lengths, memory_mb, fused_mb, strict=True):
-    print(f"{n:6d} {mb:15.2f} {fmb:11.2f} {4 * n * n * 4 / 1e6:29.2f}")
+memory_mb = [saved_bytes(probe, n) / 1e6 for n in lengths]
+print(f"{'n':>6s} {'saved for backward (MB)':>24s} {'attention weights alone (MB)':>29s}")
+for n, mb in zip(lengths, memory_mb, strict=True):
+    print(f"{n:6d} {mb:24.2f} {4 * n * n * 4 / 1e6:29.2f}")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1233,27 +1214,24 @@ def forward_seconds(block: nn.Module, length: int, repeats: int = 5) -> float:
     return min(times)
 
 
-with explained_attention(probe):
-    seconds = [forward_seconds(probe, n) for n in lengths]
+seconds = [forward_seconds(probe, n) for n in lengths]
 for n, s in zip(lengths, seconds, strict=True):
     print(f"n = {n:5d}: {s * 1e3:7.2f} ms")
 
 # %%
 assert memory_mb[-1] / memory_mb[-2] > 3  # doubling n: more than 3x the memory (n^2 dominates)
-assert fused_mb[-1] / fused_mb[-2] < 2.2  # the fused path: about 2x, linear in n
+assert memory_mb[-1] > 4 * lengths[-1] ** 2 * 4 / 1e6  # more than the attention weights alone
 assert seconds[-1] / seconds[-3] > 4  # 4x the length: more than the 4x a linear cost would take
 
 # %%
 #| fig-cap: What one encoder block costs as the sequence grows, on log-log axes. Left: the
 #|   forward time, against lines proportional to $n$ and $n^2$. Right: the memory saved
-#|   for the backward pass, on the explained path (which keeps the attention weights) and
-#|   the fused one, against the size of the attention weights.
+#|   for the backward pass, against the size of the attention weights.
 #| fig-alt: Two log-log plots against the sequence length n from 64 to 1024. Left: the measured
 #|   forward time, from well under a millisecond to some tens of milliseconds, first
 #|   following the dotted line proportional to n, then bending up towards the dashed line
-#|   proportional to n squared. Right: megabytes saved for backward; the explained path
-#|   (orange squares) rises parallel to the dashed line of the attention weights, the
-#|   fused path (green triangles) grows much more slowly.
+#|   proportional to n squared. Right: megabytes saved for backward (orange squares),
+#|   rising towards the dashed line of the attention weights and then parallel to it.
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
 ns = torch.tensor(lengths, dtype=torch.float64)
 axes[0].loglog(lengths, [s * 1e3 for s in seconds], "o-", label="measured")
@@ -1262,8 +1240,7 @@ axes[0].loglog(lengths, (seconds[-1] * 1e3 * (ns / ns[-1]) ** 2).tolist(), "k--"
 axes[0].loglog(lengths, (seconds[0] * 1e3 * (ns / ns[0])).tolist(), "k:", lw=1, label="∝ n")
 axes[0].set(xlabel="sequence length n", ylabel="forward time (ms)",
             title="Time of one encoder block")
-axes[1].loglog(lengths, memory_mb, "s-", color="C1", label="saved for backward, explained")
-axes[1].loglog(lengths, fused_mb, "^-", color="C2", label="saved for backward, fused")
+axes[1].loglog(lengths, memory_mb, "s-", color="C1", label="saved for backward")
 axes[1].loglog(lengths, [4 * n * n * 4 / 1e6 for n in lengths], "k--", lw=1,
                label="attention weights (4 heads)")
 axes[1].set(xlabel="sequence length n", ylabel="MB", title="Memory of one encoder block")
@@ -1277,17 +1254,14 @@ plt.show()
 # %% [markdown]
 # At short lengths the parts that grow linearly (projections, FFN) and fixed
 # overheads dominate: memory and time grow no faster than $n$. From a few hundred tokens
-# on, the attention matrices take over and both curves of the explained path bend towards
-# $n^2$: from $n = 512$ to $1024$ its memory more than triples (the printed table), and
-# from $256$ to $1024$ the time grows well beyond the 4 times a linear cost would take
-# (the assertions above check both). The last step of the time curve is often steeper
-# than $n^2$; the arithmetic grows at most fourfold when $n$ doubles, so the rest comes
-# from the machine (caches, memory traffic), not from the model. The fused path keeps no
-# matrix for backward, so its memory stays linear in $n$ (it about doubles when $n$
-# doubles: 1.74 to 3.33 MB from 512 to 1024);
-# its arithmetic is still quadratic. This is why sentence-level translation is cheap and
-# why long documents need more: attention kernels that never store the matrix (Dao et
-# al., 2022, "FlashAttention", which is what the fused path does), sparse attention (Child
+# on, the attention matrices take over and both curves bend towards $n^2$: from
+# $n = 512$ to $1024$ the memory more than triples (the printed table), and from $256$ to
+# $1024$ the time grows well beyond the 4 times a linear cost would take (the assertions
+# above check both). The last step of the time curve is often steeper than $n^2$; the
+# arithmetic grows at most fourfold when $n$ doubles, so the rest comes from the machine
+# (caches, memory traffic), not from the model. This is why sentence-level translation is
+# cheap and why long documents need more: attention kernels that never store the matrix
+# (Dao et al., 2022, "FlashAttention"; appendix 14 measures one), sparse attention (Child
 # et al., 2019, "Generating Long Sequences with Sparse Transformers") or linear attention
 # (Katharopoulos et al., 2020, "Transformers are RNNs").
 #

@@ -1842,44 +1842,13 @@ assert sum(sizes.values()) < 5e6
 #
 # The package ships the checkpoint that `make checkpoint` wrote: this chapter, run with
 # saving switched on, on the machine of whoever ran it. On that machine a rerun retrains
-# the same weights bit for bit. Elsewhere it does not, although no formula changes,
-# because floating-point addition is not associative: the same numbers summed in
-# another order round differently. Code does that as well as hardware. Chapter 05, for
-# example, fuses the Q, K and V projections of self-attention into one matrix multiply.
-# In the forward pass each output is one dot product over the 64 inputs, fused or not.
-# The backward pass is another matter: the gradient flowing back into the layer's input
-# is one sum of $3 \cdot 64$ terms in the fused layer, and three sums of 64 terms added
-# together in the separate one. Here is one attention layer of our model, both ways:
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-layer = model.encoder.layers[0].self_attn
-x = torch.randn(8, 10, 64, generator=torch.Generator().manual_seed(0))  # [batch, length, d_model]
-upstream = torch.randn(3, 8, 10, 64, generator=torch.Generator().manual_seed(1))  # dLoss/dQ, dK, dV
-outputs, input_grads = [], []
-for fused in (True, False):
-    x_in = x.clone().requires_grad_()
-    # project(x, x, x) runs the fused multiply; distinct key and value tensors run three.
-    qkv = layer.project(x_in, x_in, x_in) if fused else layer.project(x_in, x_in.clone(), x_in.clone())
-    surrogate_loss = sum((t * g).sum() for t, g in zip(qkv, upstream, strict=True))
-    input_grads.append(torch.autograd.grad(surrogate_loss, x_in)[0])  # [8, 10, 64]
-    outputs.append(torch.cat(qkv, dim=-1).detach())  # [8, 10, 3 * 64]
-print("forward, fused == separate:", torch.equal(*outputs),
-      f"(largest difference {(outputs[0] - outputs[1]).abs().max().item():.1e})")
-print("gradient into x, fused == separate:", torch.equal(*input_grads),
-      f"(largest difference {(input_grads[0] - input_grads[1]).abs().max().item():.1e}, "
-      f"{(input_grads[0] != input_grads[1]).float().mean().item():.0%} of the entries differ)")
-
-# %%
-assert torch.allclose(*outputs, atol=1e-6) and torch.allclose(*input_grads, atol=1e-5), "same math"
-
-# %% [markdown]
-# A matrix multiply on another instruction set reorders its sums the same way.
-# Differences in the seventh digit, in every step's gradient, compound over 812 steps, so
-# a rerun elsewhere does not rebuild the shipped weights bit for bit. What it must
-# reproduce is their quality. The shipped file records what it scored when it was
-# trained; we measure it again, compare with the model trained above, and say whether
-# this run rebuilt its weights exactly (on the machine that wrote it, it does):
+# the same weights bit for bit. Elsewhere it need not, although no formula changes:
+# floating-point addition is not associative, and a matrix multiply on another
+# instruction set sums in another order (appendix 14, section 3, shows what that does to
+# one layer's gradient). Differences in the seventh digit, in every step's gradient,
+# compound over 812 steps. What a rerun must reproduce is the quality. The shipped file
+# records what it scored when it was trained; we measure it again, compare with the
+# model trained above, and say whether this run rebuilt its weights exactly:
 
 # %%
 # NBVAL_IGNORE_OUTPUT

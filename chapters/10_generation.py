@@ -1112,7 +1112,7 @@ def _sampler(temperature: float, top_k: int | None, top_p: float | None,
 #|   pinyin), at three temperatures, and what top-$k$ ($k = 3$) and top-$p$ ($p = 0.6$)
 #|   keep of the flattest one, at temperature 3.
 #| fig-alt: Five small bar charts of p(first word) over the same eight words, wǒ first. At T =
-#|   0.5 and T = 1.0 nearly all the probability is on wǒ. At T = 3 wǒ gets about 0.12 and
+#|   0.5 and T = 1.0 nearly all the probability is on wǒ. At T = 3 wǒ gets about 0.13 and
 #|   the other words small equal bars. Top-k = 3 keeps wǒ and two more words, wǒ at about
 #|   0.8; top-p = 0.6 leaves a flatter distribution with wǒ at about 0.2.
 PINYIN = {
@@ -2259,9 +2259,9 @@ print("all checks passed")
 # - **Speculative decoding** and quantisation: tools that make large models fast.
 #
 # Two speed-ups often listed here are in the book: **fused attention kernels**
-# (`torch.nn.functional.scaled_dot_product_attention`, FlashAttention), which chapter
-# 05's `fused_attention` hands the work to when no weights are asked for, and which
-# appendix 14 (section 3) checks against chapter 03's path and measures; and
+# (`torch.nn.functional.scaled_dot_product_attention`, FlashAttention), which appendix
+# 14 (section 3) builds into `FastMultiHeadAttention`, checks against chapter 05's path
+# and measures; and
 # **grouped-query attention** (multi-query attention is its case of one key/value head),
 # which chapter 13 builds, with a KV cache that holds fewer heads.
 

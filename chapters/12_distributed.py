@@ -144,7 +144,7 @@ import tomllib
 from pathlib import Path
 
 from transformer.data import _check_float, _check_int
-from transformer.lm import FEED_FORWARDS, NORMS, POSITIONS
+from transformer.lm import LanguageModel
 from transformer.model import PAPER_CONFIGS
 
 # Every key a training config may hold, with its default. A config file (TOML or JSON)
@@ -165,7 +165,7 @@ CONFIG_DEFAULTS: dict[str, dict] = {
 # (not the encoder's and decoder's), data.corpus, min_count and seq_len (not pairs,
 # corpus_size, valid_size), and train.eps (label smoothing) does not apply. The language
 # model's parts are named as LanguageModel names them (model.positions, norm, activation,
-# num_kv_heads; chapter 13 adds its refinements to those names); the translator is the
+# num_kv_heads; chapter 13's ModernLanguageModel knows more names); the translator is the
 # 2017 model and ignores them.
 TASKS = ("translation", "lm")
 PRECISIONS = ("fp32", "bf16", "fp16")  # fp16 needs a GPU (and a gradient scaler)
@@ -196,7 +196,7 @@ def _check_choice(name: str, value: object, choices: tuple) -> object:
     return value
 
 
-def load_config(config: str | Path | dict) -> dict:
+def load_config(config: str | Path | dict, model_class: type[LanguageModel] = LanguageModel) -> dict:
     """Read and check a training config: sections model, data and train (see CONFIG_DEFAULTS).
 
     `model.paper = "base"` (or "big") takes the paper's sizes from PAPER_CONFIGS; keys
@@ -204,6 +204,8 @@ def load_config(config: str | Path | dict) -> dict:
 
     Args:
         config: a .toml or .json file, or the same content as a dict.
+        model_class: the language model that the names of model.positions, norm and
+            activation must be known to (default chapter 11's LanguageModel).
 
     Returns:
         {"model": {...}, "data": {...}, "train": {...}} with every key, checked.
@@ -238,10 +240,14 @@ def load_config(config: str | Path | dict) -> dict:
     if model["d_model"] % model["num_heads"]:
         raise ValueError(f"model.d_model ({model['d_model']}) must be divisible by model.num_heads "
                          f"({model['num_heads']})")
-    for key, names in (("positions", POSITIONS), ("norm", NORMS), ("activation", FEED_FORWARDS)):
+    for key, names in (("positions", model_class.POSITIONS), ("norm", model_class.NORMS),
+                       ("activation", model_class.FEED_FORWARDS)):
         _check_choice(f"model.{key}", model[key], tuple(names))
     if model["num_kv_heads"] is not None:
         _check_int("model.num_kv_heads", model["num_kv_heads"])
+        if "grouped-query" not in model_class.ATTENTIONS:
+            raise ValueError(f"model.num_kv_heads needs grouped-query attention, which {model_class.__name__} "
+                             "does not have (chapter 13's ModernLanguageModel has it)")
         if model["num_heads"] % model["num_kv_heads"]:
             raise ValueError(f"model.num_heads ({model['num_heads']}) must be divisible by model.num_kv_heads "
                              f"({model['num_kv_heads']})")
@@ -899,19 +905,20 @@ def lm_epoch_batches(stream: Tensor, *, batch_size: int, seq_len: int, seed: int
             if len(rows) == batch_size >= world_size]
 
 
-def language_model_task(cfg: dict, procs: Processes) -> Task:
-    """Chapter 11's language model on a corpus (default the shipped Tang poems), split and encoded
-    as chapter 11 does (batches of batch_size windows of seq_len characters)."""
+def language_model_task(cfg: dict, procs: Processes, model_class: type[LanguageModel] = LanguageModel) -> Task:
+    """Chapter 11's language model (or model_class, a subclass) on a corpus (default the shipped
+    Tang poems), split and encoded as chapter 11 does (batches of batch_size windows of
+    seq_len characters)."""
     model_cfg, data_cfg, train_cfg = cfg["model"], cfg["data"], cfg["train"]
     documents = read_corpus(data_cfg["corpus"] or CORPUS_FILE)
     split = split_documents(documents, seed=data_cfg["seed"])
     vocab = CharVocab.build((d.text for d in split.train), min_count=data_cfg["min_count"])
     train_stream = encode_stream([d.text for d in split.train], vocab)  # [N]
     valid_stream = encode_stream([d.text for d in split.valid], vocab)
-    model = LanguageModel(len(vocab), model_cfg["d_model"], model_cfg["num_heads"], model_cfg["num_layers"],
-                          model_cfg["d_ff"], model_cfg["dropout"], model_cfg["max_len"],
-                          **{key: model_cfg[key] for key in ("positions", "norm", "activation", "num_kv_heads")}
-                          ).to(procs.device)
+    model = model_class(len(vocab), model_cfg["d_model"], model_cfg["num_heads"], model_cfg["num_layers"],
+                        model_cfg["d_ff"], model_cfg["dropout"], model_cfg["max_len"],
+                        **{key: model_cfg[key] for key in ("positions", "norm", "activation", "num_kv_heads")}
+                        ).to(procs.device)
     seq_len = data_cfg["seq_len"]
 
     def batches(epoch: int) -> list:
@@ -959,7 +966,6 @@ def make_adamw(model: torch.nn.Module, lr: float, warmup: int, steps: int, weigh
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-TASK_BUILDERS = {"translation": translation_task, "lm": language_model_task}
 
 
 def rng_state() -> dict:
@@ -1026,7 +1032,8 @@ def _check_same_config(saved: dict | None, cfg: dict, out_dir: Path) -> None:
 
 
 def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progress: bool = True,
-                      verbose: bool = True, kill_at: tuple[int, int] | None = None) -> dict:
+                      verbose: bool = True, kill_at: tuple[int, int] | None = None,
+                      model_class: type[LanguageModel] = LanguageModel) -> dict:
     """Train what the config says (a translator or a language model), on this process and the
     others torchrun started.
 
@@ -1048,6 +1055,8 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
             (default True).
         kill_at: for tests: (rank, step) of a process that kills itself (SIGKILL) right
             after that update, before saving anything; default None.
+        model_class: the language model class a task "lm" builds (default chapter 11's
+            LanguageModel; chapter 13 passes its ModernLanguageModel).
 
     Returns:
         {"step": [...], "loss": [...], "grad_norm": [...]} of the updates this call made
@@ -1060,14 +1069,15 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     Raises:
         ValueError: a bad config, or a checkpoint from a different number of processes.
     """
-    cfg = load_config(config)
+    cfg = load_config(config, model_class)
     train_cfg = cfg["train"]
     out_dir = Path(out_dir)
     procs = start_processes(train_cfg["device"])
     if train_cfg["precision"] == "fp16" and procs.device.type != "cuda":
         raise ValueError("train.precision 'fp16' needs a GPU (and its gradient scaler); on a CPU use 'bf16'")
     torch.manual_seed(train_cfg["seed"])  # the same initial weights on every process
-    task = TASK_BUILDERS[cfg["model"]["task"]](cfg, procs)
+    task = (translation_task(cfg, procs) if cfg["model"]["task"] == "translation"
+            else language_model_task(cfg, procs, model_class))
     model = task.model
     scaler = torch.amp.GradScaler("cuda") if train_cfg["precision"] == "fp16" else None
     if train_cfg["lr"] is None:  # chapter 09's Adam and the paper's schedule

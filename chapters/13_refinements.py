@@ -38,8 +38,8 @@
 # since.
 #
 # None of them is a new model. This chapter builds each one in its own cells, exported
-# into the package's module `transformer.refinements`, hands them to chapter 11's
-# `LanguageModel` through the small hooks that chapters 05 and 07 left for them, checks
+# into the package's module `transformer.refinements`, hands them to a subclass of chapter
+# 11's `LanguageModel` through the small hooks that chapters 05 and 07 left for them, checks
 # each numerically, and compares them all on chapter 11's task in one table, with the
 # seed-to-seed spread measured so that we can tell a gain from noise.
 
@@ -415,7 +415,7 @@ def swiglu_width(d_ff: int) -> int:
 # GQA changes two things in chapter 05's `MultiHeadAttention`: `k_proj` and `v_proj`
 # produce `num_kv_heads` heads instead of `num_heads`, and just before the scores are
 # taken each key/value head is repeated for the query heads of its group. Everything
-# else (the fused projection, the positions hook, the cache, the masks, the checks) stays
+# else (the positions hook, the cache, the masks, the checks) stays
 # as it is, and the cache stores the grouped heads, since it is filled before the repeat.
 # So GQA is a subclass: it replaces the two projections and overrides `attend`, the one
 # method of chapter 05 that takes the heads of Q, K and V to the heads of the output.
@@ -466,22 +466,33 @@ class GroupedQueryAttention(MultiHeadAttention):
 
 
 # %% [markdown]
-# ### Names for chapter 11's model
+# ### A language model that knows the new names
 #
-# A `LanguageModel` chooses its parts by name, so that its config is plain JSON and
-# `from_pretrained` builds the same parts again (chapter 11). Chapter 11 cannot import
-# this chapter (a chapter uses only what earlier chapters built), so this chapter adds its
-# names to chapter 11's tables. The cell is exported: importing the package imports every
-# chapter's module, so the names are there wherever `transformer` is.
+# A `LanguageModel` chooses its parts by name, from tables of its class, so that its
+# config is plain JSON and `from_pretrained` builds the same parts again (chapter 11).
+# Chapter 11 cannot name this chapter's modules (a chapter uses only what earlier
+# chapters built), so this chapter adds them in a subclass whose tables hold the 2017
+# names and the four new ones. Nothing else of chapter 11's model changes.
 
 # %%
 #| export
-from transformer.lm import ATTENTIONS, FEED_FORWARDS, NORMS, POSITIONS
+from transformer.lm import LanguageModel
 
-POSITIONS["rotary"] = RotaryEmbedding  # (d_head, max_len) -> turns q and k in every layer
-NORMS["rms"] = RMSNorm  # (d_model) -> norm
-FEED_FORWARDS["swiglu"] = SwiGLU  # (d_model, d_ff, dropout) -> feed-forward
-ATTENTIONS["grouped-query"] = GroupedQueryAttention  # chosen by LanguageModel(num_kv_heads=g)
+
+class ModernLanguageModel(LanguageModel):
+    """Chapter 11's LanguageModel that can also be built with this chapter's refinements.
+
+    The same arguments, with more names allowed: positions="rotary" (RotaryEmbedding),
+    norm="rms" (RMSNorm), activation="swiglu" (SwiGLU; give it d_ff=swiglu_width(...)
+    for the 2017 parameter count), and num_kv_heads (GroupedQueryAttention). The
+    defaults are still chapter 11's 2017 parts. `ModernLanguageModel.from_pretrained`
+    loads what its save_pretrained wrote.
+    """
+
+    POSITIONS = {**LanguageModel.POSITIONS, "rotary": RotaryEmbedding}  # (d_head, max_len) -> turns q, k
+    NORMS = {**LanguageModel.NORMS, "rms": RMSNorm}  # (d_model) -> norm
+    FEED_FORWARDS = {**LanguageModel.FEED_FORWARDS, "swiglu": SwiGLU}  # (d_model, d_ff, dropout) -> FFN
+    ATTENTIONS = {**LanguageModel.ATTENTIONS, "grouped-query": GroupedQueryAttention}  # for num_kv_heads
 
 # %% [markdown]
 # Every option is a plain string or integer, saved in the model's JSON config:
@@ -490,7 +501,7 @@ ATTENTIONS["grouped-query"] = GroupedQueryAttention  # chosen by LanguageModel(n
 SWIGLU_D_FF = swiglu_width(BASE["d_ff"])  # two thirds of the width, a multiple of 4
 EVERY = dict(positions="rotary", norm="rms", activation="swiglu", d_ff=SWIGLU_D_FF, num_kv_heads=2)
 torch.manual_seed(0)
-modern = LanguageModel(**(BASE | EVERY))
+modern = ModernLanguageModel(**(BASE | EVERY))
 print({k: modern.config[k] for k in ("positions", "norm", "activation", "d_ff", "num_kv_heads")})
 block = modern.decoder.layers[0]
 attn = block.self_attn
@@ -646,7 +657,7 @@ error = (gqa(x, x, x, mask)[0] - expanded(x, x, x, mask)[0]).abs().max().item()
 print(f"num_kv_heads=4 equals MHA exactly; GQA (2 KV heads) vs MHA with copied heads: {error:.0e}")
 assert error < 1e-5
 for kv_heads in (4, 2, 1):
-    variant = LanguageModel(**(BASE | dict(num_kv_heads=kv_heads)))
+    variant = ModernLanguageModel(**(BASE | dict(num_kv_heads=kv_heads)))
     print(f"{kv_heads} KV heads: KV cache {kv_bytes_per_token(variant):4,} bytes per token, "
           f"{count_parameters(variant):,} parameters")
     assert kv_bytes_per_token(variant) == runs["2017"][0]["kv"] * kv_heads // 4
@@ -654,8 +665,7 @@ for kv_heads in (4, 2, 1):
 # %% [markdown]
 # **The modern model keeps the guarantees of chapters 10 and 11**: decoding with the KV
 # cache gives the logits of a full pass (the rotary positions of the new tokens start
-# where the cache ends), no position sees a later one, and the fused attention path
-# (`need_weights=False`) gives the outputs of the explicit one.
+# where the cache ends), and no position sees a later one.
 
 # %%
 torch.manual_seed(1)
@@ -668,33 +678,13 @@ cache_error = (torch.cat(pieces, dim=1) - full).abs().max().item()
 changed = ids.clone()
 changed[0, 25] = vocab.stoi["月"] if ids[0, 25] != vocab.stoi["月"] else vocab.stoi["花"]
 after = modern(changed)
-q = torch.randn(2, 12, 64)
-gqa_rope = GroupedQueryAttention(64, 4, num_kv_heads=2, positional=RotaryEmbedding(16)).eval()
-fused_error = (gqa_rope(q, q, q, mask, need_weights=False)[0] - gqa_rope(q, q, q, mask)[0]).abs().max().item()
-print(f"cached vs full pass: {cache_error:.0e}; fused vs explicit attention: {fused_error:.0e}")
-assert cache_error < 1e-4 and fused_error < 1e-5
+print(f"cached vs full pass: {cache_error:.0e}")
+assert cache_error < 1e-4
 assert torch.equal(after[:, :25], full[:, :25]) and not torch.equal(after[:, 25:], full[:, 25:])
 prompt = torch.tensor([vocab.encode("床前明月光，")[:-1]] * 2)
 assert torch.equal(generate(modern, prompt, 20, use_cache=True),
                    generate(modern, prompt, 20, use_cache=False))
 print("cache, causality and generation: as in chapter 11")
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-q = torch.randn(32, 64, 64)
-mask = causal_mask(64)
-timings = {}
-for need_weights in (True, False):
-    gqa_rope(q, q, q, mask, need_weights=need_weights)  # warm-up
-    start = time.perf_counter()
-    for _ in range(20):
-        gqa_rope(q, q, q, mask, need_weights=need_weights)
-    timings[need_weights] = (time.perf_counter() - start) / 20
-print(f"attention of 32 windows of 64 tokens: explicit {timings[True] * 1e3:.1f} ms, "
-      f"fused {timings[False] * 1e3:.1f} ms")
-
-# %%
-assert timings[False] < 2 * timings[True]  # never much slower; usually faster
 
 # %% [markdown]
 # ## 6 · One table: every refinement, trained past the bigram
@@ -710,7 +700,7 @@ assert timings[False] < 2 * timings[True]  # never much slower; usually faster
 # four refinements, two for each single refinement (a seed sets the initial weights and
 # the batch order). `make refinements` retrains it all: `tools/refinement_runs.py`
 # runs chapter 12's train command with `transformer/configs/refinements.toml` and each
-# variant's model keys (the names `LanguageModel` gives this chapter's refinements), and
+# variant's model keys (the names `ModernLanguageModel` gives this chapter's refinements), and
 # writes every run's config, curves, seconds and scores to
 # `transformer/checkpoints/refinements.json`, which ships with the package. Each run is
 # scored as section 1 scores its model: validation perplexity on the same validation
@@ -805,7 +795,7 @@ def summarise(rows: list[dict]) -> dict:
 
 table = {}
 for name, rows in runs.items():
-    built = LanguageModel(**(SIZES | rows[0]["options"]))  # untrained: the costs depend on the shape only
+    built = ModernLanguageModel(**(SIZES | rows[0]["options"]))  # untrained: the costs depend on the shape only
     table[name] = summarise(rows) | dict(params=count_parameters(built), kv=kv_bytes_per_token(built))
 print(f"{'variant':18} {'ppl@64':>7} {'seeds: range':>14} {'ppl@256':>8} {'change':>7} {'CPU s':>6} "
       f"{'params':>10} {'KV B/token':>10}")
@@ -1256,7 +1246,7 @@ print("ex5 passed")
 #   `RotaryEmbedding`, `RMSNorm`, `SwiGLU` and `GroupedQueryAttention`. They enter the
 #   2017 model through general hooks of earlier chapters (a module or function argument,
 #   or a method to override) whose defaults are the 2017 parts, and
-#   `LanguageModel(positions="rotary", norm="rms", activation="swiglu", num_kv_heads=g)`
+#   `ModernLanguageModel(positions="rotary", norm="rms", activation="swiglu", num_kv_heads=g)`
 #   names them, so that its JSON config saves them.
 # - **RoPE** turns queries and keys by their positions; scores then depend only on the
 #   offset (checked to 1e-4 over 256 positions), and the real rotation equals the complex
@@ -1264,7 +1254,7 @@ print("ex5 passed")
 # - **RMSNorm** equals `torch.nn.RMSNorm`; **SwiGLU** at two thirds of the width keeps the
 #   parameter count within 1%; **GQA** equals multi-head attention when groups = heads,
 #   and its KV cache shrinks by the group factor, measured on the buffers.
-# - With the KV cache, causality and the fused attention path all checked, one table on
+# - With the KV cache and causality checked, one table on
 #   chapter 11's task, trained ahead of time by chapter 12's train command (`make
 #   refinements`) past chapter 11's bigram (the 2017 model at 0.68 times its perplexity),
 #   with the seed spread measured: **RoPE** is the gain that stands out of the noise

@@ -205,9 +205,9 @@ def test_bad_inputs():
     block = DecoderBlock(D, H, FF)
     with pytest.raises(ValueError, match="batch size"):
         block(torch.randn(2, 3, D), torch.randn(3, 4, D))
-    with pytest.raises(ValueError, match=r"memory must have shape \[batch, seq, 16\]"):
+    with pytest.raises(ValueError, match=r"memory must have shape \[batch, len, d_model=16\]"):
         block(torch.randn(2, 3, D), torch.randn(2, 4, D + 1))
-    with pytest.raises(ValueError, match=r"x must have shape \[batch, seq, 16\]"):
+    with pytest.raises(ValueError, match=r"x must have shape \[batch, len, d_model=16\]"):
         EncoderBlock(D, H, FF)(torch.randn(3, D))
     with pytest.raises(ValueError, match="caches"):
         Decoder(2, D, H, FF)(torch.randn(1, 3, D), torch.randn(1, 4, D), caches=[{}])

@@ -123,10 +123,11 @@ def test_shipped_configs_load(name):
     ({"train": {"lr": 0.0}}, ["train.lr"]),
     ({"train": {"save_dtype": "int8"}}, ["train.save_dtype", "float16"]),
     ({"train": {"eval_every": -1}}, ["train.eval_every"]),
-    ({"model": {"positions": "alibi"}}, ["model.positions", "'rotary'"]),
-    ({"model": {"norm": "batch"}}, ["model.norm", "'rms'"]),
-    ({"model": {"activation": "relu2"}}, ["model.activation", "'swiglu'"]),
-    ({"model": {"num_kv_heads": 3}}, ["model.num_heads", "model.num_kv_heads"]),
+    ({"model": {"positions": "alibi"}}, ["model.positions", "'sinusoidal'"]),
+    ({"model": {"positions": "rotary"}}, ["model.positions", "'sinusoidal'"]),  # chapter 13's name
+    ({"model": {"norm": "batch"}}, ["model.norm", "'layer'"]),
+    ({"model": {"activation": "relu2"}}, ["model.activation", "'gelu'"]),
+    ({"model": {"num_kv_heads": 2}}, ["model.num_kv_heads", "ModernLanguageModel"]),
     ({"model": {"num_kv_heads": 0}}, ["model.num_kv_heads"]),
     ({"model": [1, 2]}, ["model", "table"]),
     ([1, 2], ["dict"]),
@@ -134,6 +135,22 @@ def test_shipped_configs_load(name):
 def test_bad_configs_name_the_key(config, words):
     with pytest.raises(ValueError) as info:
         load_config(config)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"model": {"positions": "alibi"}}, ["model.positions", "'rotary'"]),
+    ({"model": {"norm": "batch"}}, ["model.norm", "'rms'"]),
+    ({"model": {"activation": "relu2"}}, ["model.activation", "'swiglu'"]),
+    ({"model": {"num_kv_heads": 3}}, ["model.num_heads", "model.num_kv_heads"]),
+])
+def test_bad_configs_for_chapter_13s_model_name_the_key(config, words):
+    """With model_class=ModernLanguageModel the names of chapter 13 are known, and checked."""
+    from transformer.refinements import ModernLanguageModel
+
+    with pytest.raises(ValueError) as info:
+        load_config(config, ModernLanguageModel)
     for word in words:
         assert word in str(info.value), (word, str(info.value))
 
@@ -412,15 +429,18 @@ def test_language_model_on_two_processes_equals_one_and_loads(tmp_path, tiny_lm)
 
 
 def test_language_model_with_chapter_13s_refinements_trains_and_loads_as_configured(tmp_path, tiny_lm):
-    """model.positions, norm, activation and num_kv_heads reach LanguageModel and its saved config."""
+    """model.positions, norm, activation and num_kv_heads reach ModernLanguageModel (chapter 13's,
+    passed as model_class) and its saved config."""
     from transformer.lm import load_language_model
-    from transformer.refinements import GroupedQueryAttention, RMSNorm, SwiGLU
+    from transformer.refinements import GroupedQueryAttention, ModernLanguageModel, RMSNorm, SwiGLU
 
     every = {"positions": "rotary", "norm": "rms", "activation": "swiglu", "num_kv_heads": 1}
     cfg = {**tiny_lm, "model": {**tiny_lm["model"], **every}}
-    history = train_from_config(cfg, tmp_path / "run", progress=False, verbose=False)
+    history = train_from_config(cfg, tmp_path / "run", progress=False, verbose=False,
+                                model_class=ModernLanguageModel)
     assert all(math.isfinite(loss) for loss in history["loss"])
-    model, _, _ = load_language_model(tmp_path / "run" / "model")
+    model, _, _ = load_language_model(tmp_path / "run" / "model", model_class=ModernLanguageModel)
+    assert type(model) is ModernLanguageModel
     assert {key: model.config[key] for key in every} == every
     kinds = {type(m) for m in model.modules()}
     assert {GroupedQueryAttention, RMSNorm, SwiGLU} <= kinds and torch.nn.LayerNorm not in kinds
@@ -435,7 +455,9 @@ def test_resuming_checks_the_refinement_keys_and_reads_older_configs_as_defaults
     older = {**cfg, "model": {k: v for k, v in cfg["model"].items()
                               if k not in ("positions", "norm", "activation", "num_kv_heads")}}
     _check_same_config(older, cfg, tmp_path)  # no error
-    rotary = load_config({**TINY_LM, "model": {**TINY_LM["model"], "positions": "rotary"}})
+    from transformer.refinements import ModernLanguageModel
+
+    rotary = load_config({**TINY_LM, "model": {**TINY_LM["model"], "positions": "rotary"}}, ModernLanguageModel)
     with pytest.raises(ValueError, match=r"model\.positions \('sinusoidal' -> 'rotary'\)"):
         _check_same_config(older, rotary, tmp_path)
 

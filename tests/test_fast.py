@@ -12,6 +12,7 @@ from test_blocks import FF, SRC, D, H, randomise_norms, torch_encoder_layer
 from transformer import FastDropout, LanguageModel, Transformer, speed_up
 from transformer.blocks import Encoder
 from transformer.fast import (
+    FastMultiHeadAttention,
     PackedEncoder,
     SlicedLossLanguageModel,
     fast_dropout,
@@ -19,6 +20,7 @@ from transformer.fast import (
 )
 from transformer.lm import lm_loss
 from transformer.masks import padding_mask
+from transformer.multihead import MultiHeadAttention
 from transformer.training import IGNORE_INDEX
 
 # --- fast_dropout: nn.Dropout's law with a cheaper draw on the CPU ---------------------------
@@ -105,7 +107,7 @@ def test_dropout_refuses_integer_input():
         fast_dropout(torch.ones(3, dtype=torch.long), 0.1)
 
 
-def test_speed_up_swaps_every_nn_dropout_and_nothing_else():
+def test_speed_up_swaps_the_plain_classes_and_nothing_else():
     torch.manual_seed(0)
     model = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                         d_ff=32, dropout=0.2, max_len=12)
@@ -118,8 +120,12 @@ def test_speed_up_swaps_every_nn_dropout_and_nothing_else():
     assert after.count(FastDropout) == before.count(torch.nn.Dropout)
     assert all(m.p == 0.2 for m in model.modules() if isinstance(m, FastDropout))
     changed = sorted(((a, b) for a, b in zip(before, after, strict=True) if a is not b), key=str)
-    assert changed == sorted([(Encoder, PackedEncoder)] + [(torch.nn.Dropout, FastDropout)] * after.count(FastDropout),
-                             key=str)
+    attentions = before.count(MultiHeadAttention)
+    assert attentions == 3 and after.count(FastMultiHeadAttention) == attentions
+    assert changed == sorted([(Encoder, PackedEncoder)] + [(torch.nn.Dropout, FastDropout)] * after.count(FastDropout)
+                             + [(MultiHeadAttention, FastMultiHeadAttention)] * attentions, key=str)
+    # the class is the whole change: every module keeps the attributes it had
+    assert all(vars(m).keys() == vars(p).keys() for m, p in zip(model.modules(), plain.modules(), strict=True))
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), model.state_dict().values(), strict=True))
     src, tgt = torch.randint(4, 20, (3, 7)), torch.randint(4, 20, (3, 6))
     with torch.no_grad():  # eval mode: the encoder packs the real positions, to float rounding
@@ -219,7 +225,7 @@ def test_packed_encoder_packs_in_eval_mode_only_and_never_behind_a_hook():
 
 def test_packed_encoder_checks_x_and_the_mask():
     enc = packed(Encoder(1, D, H, FF)).eval()
-    with pytest.raises(ValueError, match=r"x must have shape \[batch, seq, 16\]"):
+    with pytest.raises(ValueError, match=r"x must have shape \[batch, len, d_model=16\]"):
         enc(torch.randn(3, 7, D + 1), padding_mask(SRC))
     with pytest.raises(TypeError, match="float64"):
         enc(torch.randn(3, 7, D, dtype=torch.float64), padding_mask(SRC))

@@ -1,6 +1,7 @@
 """The fused attention path (chapter 14): fused_attention runs F.scaled_dot_product_attention
-with the book's guarantees and agrees with chapter 03's plain attention; MultiHeadAttention
-takes it when asked for no weights (need_weights=False)."""
+with the book's guarantees and agrees with chapter 03's plain attention; FastMultiHeadAttention
+(what speed_up makes of chapter 05's MultiHeadAttention) takes it when asked for no weights
+(need_weights=False), and chapter 05's module never does."""
 
 import pytest
 import torch
@@ -9,8 +10,9 @@ from hypothesis import strategies as st
 
 from transformer.attention import scaled_dot_product_attention
 from transformer.blocks import DecoderBlock, EncoderBlock
+from transformer.fast import FastMultiHeadAttention, fused_attention, speed_up
 from transformer.model import Transformer
-from transformer.multihead import MultiHeadAttention, fused_attention
+from transformer.multihead import MultiHeadAttention
 
 
 @st.composite
@@ -80,7 +82,7 @@ def test_fully_masked_rows_are_zero_even_if_the_kernel_gave_nan(monkeypatch):
 
 def test_dropout_is_applied_on_the_fused_path_in_training_only():
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 4, dropout=0.5)
+    mha = FastMultiHeadAttention(16, 4, dropout=0.5)
     x = torch.randn(2, 6, 16)
     mha.eval()
     a, _ = mha(x, x, x, need_weights=False)
@@ -105,7 +107,7 @@ def test_modules_take_need_weights():
         mha(x, x, x, need_weights="no")
 
 
-def test_blocks_and_model_use_the_fused_path():
+def test_a_fast_model_uses_the_fused_path_and_a_plain_one_never_does():
     calls = []
     real = torch.nn.functional.scaled_dot_product_attention
 
@@ -130,10 +132,13 @@ def test_blocks_and_model_use_the_fused_path():
             fresh = Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=2,
                                 num_decoder_layers=3, d_ff=24).eval()
             fresh.load_state_dict(model.state_dict())
-            got = fresh(src, tgt)
+            plain = fresh(src, tgt)
+            assert calls == []  # chapter 05's attention: scores, mask, softmax, weights @ v
+            got = speed_up(fresh)(src, tgt)
         finally:
             torch.nn.functional.scaled_dot_product_attention = real
-    assert len(calls) == 2 + 2 * 3  # every attention sublayer went through the fused kernel
+    assert len(calls) == 2 + 2 * 3  # after speed_up every attention sublayer went through the fused kernel
+    torch.testing.assert_close(plain, want, atol=1e-6, rtol=0)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     # a forward pre-hook still gets the weights out (chapter 10 draws the cross-attention)
     assert len(explained_weights) == 6 and all(w is not None for w in explained_weights)
@@ -200,12 +205,13 @@ def test_is_causal_uses_the_kernels_flag_and_refuses_unequal_lengths(monkeypatch
         return fused(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
-    mha = MultiHeadAttention(8, 2).eval()
+    mha = FastMultiHeadAttention(8, 2).eval()
     q = torch.randn(1, 2, 5, 4)
     mha.attend(q, q, q, None, need_weights=False, is_causal=True)
     assert seen == [(True, True)]
-    with pytest.raises(ValueError, match="is_causal needs Tq == Tk"):
-        mha.attend(q, torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4), None, is_causal=True)
+    for need_weights in (True, False):  # chapter 05's path and the fused one refuse it alike
+        with pytest.raises(ValueError, match="is_causal needs Tq == Tk"):
+            mha.attend(q, torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4), None, need_weights, is_causal=True)
     x = torch.randn(1, 5, 8)
     with pytest.raises(ValueError, match="is_causal"):
         mha(x, x, x, is_causal=1)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
+from transformer.fast import speed_up
 from transformer.generation import generate
 from transformer.kv_cache import KVCache
 from transformer.lm import (
@@ -221,10 +222,23 @@ def test_continue_poems_keeps_only_complete_lines(vocab, stream):
 EVERY_OPTION = dict(positions="rotary", norm="rms", activation="swiglu", num_kv_heads=1)
 
 
-def small_lm(**kwargs):
+def small_lm(model_class: type = LanguageModel, **kwargs):
     torch.manual_seed(0)
     config = dict(vocab_size=30, d_model=16, num_heads=2, num_layers=2, d_ff=24, dropout=0.0, max_len=40)
-    return LanguageModel(**(config | kwargs)).eval()
+    return model_class(**(config | kwargs)).eval()
+
+
+def variant(name: str) -> LanguageModel:
+    """Chapter 11's model as built ("2017"), with chapter 13's refinements ("every_option"), or
+    after appendix 14's speed_up ("2017-fast")."""
+    from transformer.refinements import ModernLanguageModel
+
+    if name == "every_option":
+        return small_lm(ModernLanguageModel, **EVERY_OPTION)
+    return speed_up(small_lm()) if name == "2017-fast" else small_lm()
+
+
+VARIANTS = ["2017", "every_option", "2017-fast"]
 
 
 def test_lm_shapes_tied_weights_and_no_cross_attention():
@@ -281,6 +295,10 @@ def test_lm_gives_the_kernel_the_causal_flag_and_no_mask(monkeypatch):
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     model = small_lm(dropout=0.0).eval()
+    with torch.no_grad():
+        model(torch.randint(4, 30, (2, 6)))
+        assert seen == []  # chapter 11's model as built: chapter 05's attention, no kernel
+    speed_up(model)  # appendix 14: the fused kernel, given the flag instead of a mask
     with torch.no_grad():
         model(torch.randint(4, 30, (2, 6)))
         assert seen == [(True, True)] * len(model.decoder.layers)
@@ -382,9 +400,9 @@ def test_lm_refuses_bad_calls():
 
 # --- the toolchain: torch.export and torch.compile(fullgraph=True) -------------------------
 
-@pytest.mark.parametrize("options", [{}, EVERY_OPTION], ids=["2017", "every_option"])
-def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager(options):
-    model = small_lm(**options)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager(name):
+    model = variant(name)
     batch, length = torch.export.Dim("batch", max=64), torch.export.Dim("length", max=40)
     program = torch.export.export(model, (torch.randint(4, 30, (3, 9)),),
                                   dynamic_shapes={"ids": {0: batch, 1: length}})
@@ -394,8 +412,8 @@ def test_lm_exports_with_dynamic_batch_and_length_and_matches_eager(options):
             torch.testing.assert_close(program.module()(ids), model(ids), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("options", [{}, EVERY_OPTION], ids=["2017", "every_option"])
-def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check(options):
+@pytest.mark.parametrize("name", VARIANTS)
+def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check(name):
     graphs = []
 
     def counting_backend(gm, example_inputs):
@@ -403,7 +421,7 @@ def test_lm_compiles_to_one_graph_and_keeps_the_eager_id_check(options):
         return gm.forward
 
     torch._dynamo.reset()
-    model = small_lm(**options)
+    model = variant(name)
     compiled = torch.compile(model, backend=counting_backend, fullgraph=True, dynamic=False)
     ids = torch.randint(4, 30, (2, 7))
     with torch.no_grad():

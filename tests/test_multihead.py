@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from transformer.fast import FastMultiHeadAttention
 from transformer.kv_cache import KVCache, StaticKVCache
 from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import MultiHeadAttention
@@ -93,9 +94,10 @@ def test_gradients_equal_torch():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [True, False])
 def test_fused_self_attention_projection_equals_three_separate(dtype, bias):
-    """One tensor for query, key and value takes the one-GEMM path; equal copies take three."""
+    """Appendix 14's FastMultiHeadAttention: one tensor for query, key and value takes the
+    one-GEMM path; equal copies take three, as chapter 05's module always does."""
     torch.manual_seed(5)
-    mha = MultiHeadAttention(24, 4, bias=bias).to(dtype)
+    mha = FastMultiHeadAttention(24, 4, bias=bias).to(dtype)
     x = torch.randn(3, 7, 24, dtype=dtype)
     mask = causal_mask(7) & padding_mask(torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5]))
     calls = []
@@ -111,9 +113,19 @@ def test_fused_self_attention_projection_equals_three_separate(dtype, bias):
     separate, separate_w = mha(x2, x2.clone(), x2.clone(), mask)  # same values, other tensors
     assert calls == ["q", "k", "v"]  # separate: three projections
     separate.square().sum().backward()
+    plain = MultiHeadAttention(24, 4, bias=bias).to(dtype)
+    plain.load_state_dict(mha.state_dict())
+    calls.clear()
+    for hook in hooks:
+        hook.remove()
+    hooks = [p.register_forward_hook(lambda *a, n=n: calls.append(n))
+             for n, p in (("q", plain.q_proj), ("k", plain.k_proj), ("v", plain.v_proj))]
+    plain_out, _ = plain(x, x, x, mask)
+    assert calls == ["q", "k", "v"]  # chapter 05's module: three projections, whatever its inputs
     for hook in hooks:
         hook.remove()
     torch.testing.assert_close(fused, separate, **TOL[dtype])
+    torch.testing.assert_close(plain_out, separate.detach(), **TOL[dtype])
     torch.testing.assert_close(fused_w, separate_w, **TOL[dtype])
     torch.testing.assert_close(x1.grad, x2.grad, **TOL[dtype])
     for g_fused, p in zip(fused_grads, mha.parameters(), strict=True):

@@ -1,8 +1,8 @@
 """Tests for the refinements of chapter 13 (transformer.refinements): RotaryEmbedding,
 RMSNorm, SwiGLU and GroupedQueryAttention, the hooks of earlier chapters they enter
 through (MultiHeadAttention's `positional` and `attend`, chapter 05; the blocks' `norm`,
-`self_attention` and `feed_forward`, chapter 07), and LanguageModel's named options
-(chapter 11), which chapter 13 registers."""
+`self_attention` and `feed_forward`, chapter 07), and ModernLanguageModel, the subclass of
+chapter 11's LanguageModel whose named options include them."""
 
 import math
 import subprocess
@@ -11,22 +11,30 @@ import sys
 import pytest
 import torch
 from test_lm import EVERY_OPTION
-from test_lm import small_lm as lm_2017
 
 from transformer.blocks import Decoder, DecoderBlock, EncoderBlock
 from transformer.data import BOS_ID
 from transformer.generation import generate
 from transformer.kv_cache import KVCache, StaticKVCache
-from transformer.lm import ATTENTIONS, FEED_FORWARDS, NORMS, POSITIONS, LanguageModel
+from transformer.lm import LanguageModel
 from transformer.masks import causal_mask
 from transformer.multihead import MultiHeadAttention
-from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU
+from transformer.refinements import (
+    GroupedQueryAttention,
+    ModernLanguageModel,
+    RMSNorm,
+    RotaryEmbedding,
+    SwiGLU,
+)
 
 
 # test_lm is importable: pytest puts each test file's folder on sys.path.
 def small_lm(**kwargs):
-    """test_lm's small model, with 4 heads so that 2 and 1 kv heads are both groups."""
-    return lm_2017(**({"num_heads": 4} | kwargs))
+    """test_lm's small model as a ModernLanguageModel, with 4 heads so that 2 and 1 kv heads
+    are both groups."""
+    torch.manual_seed(0)
+    config = dict(vocab_size=30, d_model=16, num_heads=4, num_layers=2, d_ff=24, dropout=0.0, max_len=40)
+    return ModernLanguageModel(**(config | kwargs)).eval()
 
 
 # --- RMSNorm, through the blocks' norm hook (chapter 07) -----------------------------------
@@ -151,7 +159,7 @@ def test_positional_hook_gets_the_queries_keys_and_the_cache_length():
 def test_rope_tables_come_back_after_meta_loading(tmp_path):
     model = small_lm(positions="rotary")
     model.save_pretrained(tmp_path / "m")
-    loaded = LanguageModel.from_pretrained(tmp_path / "m")
+    loaded = ModernLanguageModel.from_pretrained(tmp_path / "m")
     rope = loaded.decoder.layers[0].self_attn.positional
     assert isinstance(rope, RotaryEmbedding)
     assert rope is loaded.decoder.layers[1].self_attn.positional, "one table shared by every layer"
@@ -284,21 +292,34 @@ def test_lm_options_build_the_refinements_of_chapter_13():
     assert isinstance(block.self_attn.positional, RotaryEmbedding)
     assert isinstance(block.ffn, SwiGLU) and isinstance(block.norm1, RMSNorm)
     assert isinstance(model.decoder.norm, RMSNorm)
-    assert (POSITIONS["rotary"], NORMS["rms"], FEED_FORWARDS["swiglu"], ATTENTIONS["grouped-query"]) == (
-        RotaryEmbedding, RMSNorm, SwiGLU, GroupedQueryAttention)
 
 
-def test_a_fresh_process_knows_the_refinements_names(tmp_path):
-    """The names are registered when transformer.refinements is imported, which importing
-    any part of the package does (transformer/__init__.py imports every module). A model
-    saved with them loads in a process that never imported transformer.refinements itself."""
+def test_chapter_11s_tables_are_unchanged_by_chapter_13():
+    """Importing the refinements fills no table of chapter 11: its LanguageModel knows the
+    2017 names only, in any process, and refuses the new ones by name."""
+    assert ModernLanguageModel.POSITIONS["rotary"] is RotaryEmbedding
+    assert (ModernLanguageModel.NORMS["rms"], ModernLanguageModel.FEED_FORWARDS["swiglu"],
+            ModernLanguageModel.ATTENTIONS["grouped-query"]) == (RMSNorm, SwiGLU, GroupedQueryAttention)
+    assert list(LanguageModel.POSITIONS) == ["sinusoidal"] and list(LanguageModel.NORMS) == ["layer"]
+    assert list(LanguageModel.FEED_FORWARDS) == ["relu", "gelu"] and list(LanguageModel.ATTENTIONS) == ["multi-head"]
+    with pytest.raises(ValueError, match="positions must be one of"):
+        LanguageModel(30, d_model=16, num_heads=4, positions="rotary")
+    with pytest.raises(ValueError, match="num_kv_heads needs grouped-query attention.*ModernLanguageModel"):
+        LanguageModel(30, d_model=16, num_heads=4, num_kv_heads=2)
+
+
+def test_a_fresh_process_loads_a_modern_model(tmp_path):
+    """A model saved with the refinements loads with ModernLanguageModel.from_pretrained in a
+    fresh process; chapter 11's LanguageModel refuses the file by naming its class."""
     small_lm(**EVERY_OPTION).save_pretrained(tmp_path / "lm")
-    code = ("import sys; from transformer.lm import LanguageModel; "
-            "m = LanguageModel.from_pretrained(sys.argv[1]); "
+    code = ("import sys; from transformer.refinements import ModernLanguageModel; "
+            "m = ModernLanguageModel.from_pretrained(sys.argv[1]); "
             "print(type(m.decoder.layers[0].self_attn).__name__, type(m.decoder.layers[0].ffn).__name__)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lm")], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["GroupedQueryAttention", "SwiGLU"]
+    with pytest.raises(ValueError, match="ModernLanguageModel"):
+        LanguageModel.from_pretrained(tmp_path / "lm")
 
 
 def test_rotary_lm_has_no_added_position_signal():
@@ -317,7 +338,7 @@ def test_lm_save_and_load_round_trip_with_options(tmp_path):
         for layer in model.decoder.layers:
             layer.norm1.weight.normal_()
     model.save_pretrained(tmp_path / "lm")
-    loaded = LanguageModel.from_pretrained(tmp_path / "lm")
+    loaded = ModernLanguageModel.from_pretrained(tmp_path / "lm")
     assert loaded.config == model.config
     assert {k: loaded.config[k] for k in EVERY_OPTION} == EVERY_OPTION
     ids = torch.randint(4, 30, (2, 9))

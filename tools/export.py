@@ -182,13 +182,11 @@ def render_module(module: Module) -> str:
 # `from transformer.benchmarks import random_batch`; `make export` refuses a name here that
 # no chapter exports.
 TOP_LEVEL: dict[str, list[str]] = {
-    "Models": ["Transformer", "LanguageModel", "PretrainedModel", "PAPER_CONFIGS", "count_parameters"],
+    "Models": ["Transformer", "LanguageModel", "ModernLanguageModel", "PretrainedModel", "PAPER_CONFIGS",
+               "count_parameters"],
     "Layers": ["TokenEmbedding", "sinusoidal_encoding", "PositionalEncoding", "scaled_dot_product_attention",
                "SingleHeadSelfAttention", "MultiHeadAttention", "FeedForward", "EncoderBlock", "DecoderBlock",
-               "Encoder", "Decoder",
-               # chapter 13's refinements; importing them also registers their names in
-               # chapter 11's tables (LanguageModel(positions="rotary", ...), from_pretrained)
-               "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention"],
+               "Encoder", "Decoder", "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention"],
     "Masks": ["causal_mask", "padding_mask", "combine_masks"],
     "Speed": ["speed_up", "FastDropout"],
     "Generation": ["generate", "greedy_decode", "sample_decode", "beam_search", "sequence_scores",

@@ -6,7 +6,7 @@
 
 A run is chapter 12's train command (`train_from_config`) with
 transformer/configs/refinements.toml, the variant's model keys (`variants()`: chapter 13's
-refinements by the names LanguageModel gives them) and the seed (train.seed: the
+refinements by the names ModernLanguageModel gives them) and the seed (train.seed: the
 initial weights and the batch order): seeds 0, 1 and 2 for the 2017 and the all-four
 models, 0 and 1 for each single refinement. Every finished model is scored as chapter 13 scores
 its own: perplexity on the first VALID_IDS ids of the validation stream, read in windows
@@ -65,16 +65,17 @@ def run_one(base: dict, name: str, options: dict, seed: int) -> dict:
 
     from transformer.distributed import load_config, train_from_config
     from transformer.lm import load_language_model, perplexity
+    from transformer.refinements import ModernLanguageModel
     from transformer.text import CORPUS_FILE, encode_stream, read_corpus, split_documents
 
     torch.set_num_threads(1)
     cfg = load_config({"model": {**base["model"], **options}, "data": base["data"],
-                       "train": {**base["train"], "seed": seed}})
+                       "train": {**base["train"], "seed": seed}}, ModernLanguageModel)
     with tempfile.TemporaryDirectory() as out:
         start = time.process_time()
-        history = train_from_config(cfg, out, progress=False)
+        history = train_from_config(cfg, out, progress=False, model_class=ModernLanguageModel)
         seconds = time.process_time() - start
-        model, vocab, _ = load_language_model(Path(out) / "model")
+        model, vocab, _ = load_language_model(Path(out) / "model", model_class=ModernLanguageModel)
     split = split_documents(read_corpus(cfg["data"]["corpus"] or CORPUS_FILE), seed=cfg["data"]["seed"])
     valid = encode_stream([d.text for d in split.valid], vocab)[:VALID_IDS]
     seq_len = cfg["data"]["seq_len"]

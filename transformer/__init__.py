@@ -8,6 +8,7 @@ name is importable from its module (transformer.MODULE, one per chapter).
 # Models
 from transformer.model import Transformer, PretrainedModel, PAPER_CONFIGS, count_parameters
 from transformer.lm import LanguageModel
+from transformer.refinements import ModernLanguageModel
 # Layers
 from transformer.embedding import TokenEmbedding
 from transformer.positional import sinusoidal_encoding, PositionalEncoding
@@ -41,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Transformer",
     "LanguageModel",
+    "ModernLanguageModel",
     "PretrainedModel",
     "PAPER_CONFIGS",
     "count_parameters",

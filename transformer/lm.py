@@ -175,6 +175,7 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
 # %% chapters/11_language_model.ipynb, cell 33
 from collections.abc import Callable
 from functools import partial
+from typing import ClassVar
 
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
@@ -182,17 +183,6 @@ from transformer.feedforward import FeedForward
 from transformer.model import PretrainedModel, _check_special_ids
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import PositionalEncoding
-
-# What each name of a LanguageModel option builds. Chapter 13 adds its refinements.
-# positions: None for chapter 02's encoding added to the embeddings, else a function
-# (d_head, max_len) -> a module f(x, start) that turns queries and keys inside attention.
-POSITIONS: dict[str, Callable | None] = {"sinusoidal": None}
-NORMS: dict[str, Callable] = {"layer": nn.LayerNorm}  # d_model -> a norm module
-FEED_FORWARDS: dict[str, Callable] = {  # activation -> (d_model, d_ff, dropout) -> a module
-    "relu": partial(FeedForward, activation="relu"), "gelu": partial(FeedForward, activation="gelu")}
-# "multi-head" unless num_kv_heads is given: (d_model, num_heads, dropout, **options) -> a module
-ATTENTIONS: dict[str, Callable] = {"multi-head": MultiHeadAttention}
-
 
 def _named(option: str, table: dict, name: str):
     """table[name], or a ValueError that names the option and the names it knows."""
@@ -207,8 +197,9 @@ class LanguageModel(PretrainedModel):
     Chapter 07's Decoder with its cross-attention sublayers absent, Pre-LN by default,
     the output layer's weight tied to the embedding table. It knows its config
     (chapter 08): `LanguageModel.from_pretrained(directory)` rebuilds what
-    `save_pretrained(directory)` wrote. Its parts are chosen by name (the tables
-    POSITIONS, NORMS, FEED_FORWARDS and ATTENTIONS; chapter 13 adds refinements to them).
+    `save_pretrained(directory)` wrote. Its parts are chosen by name, in the class's
+    tables POSITIONS, NORMS, FEED_FORWARDS and ATTENTIONS (chapter 13's subclass
+    ModernLanguageModel adds the refinements to them).
 
     Args:
         vocab_size: V, the number of token ids, > 0.
@@ -229,7 +220,7 @@ class LanguageModel(PretrainedModel):
         eos_id: the id that ends a row in generate (default 2, chapter 09's `<eos>`).
         num_kv_heads: key/value heads of the attention (default None: multi-head
             attention, as many as num_heads); a number needs ATTENTIONS["grouped-query"],
-            which chapter 13 adds.
+            which chapter 13's ModernLanguageModel has.
 
     Raises:
         ValueError: an argument is out of range, or a name is not in its table (the
@@ -237,6 +228,16 @@ class LanguageModel(PretrainedModel):
 
     Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
+
+    # What each name of an option builds. positions: None for chapter 02's encoding added
+    # to the embeddings, else a function (d_head, max_len) -> a module f(x, start) that
+    # turns queries and keys inside attention.
+    POSITIONS: ClassVar[dict[str, Callable | None]] = {"sinusoidal": None}
+    NORMS: ClassVar[dict[str, Callable]] = {"layer": nn.LayerNorm}  # d_model -> a norm module
+    FEED_FORWARDS: ClassVar[dict[str, Callable]] = {  # activation -> (d_model, d_ff, dropout) -> a module
+        "relu": partial(FeedForward, activation="relu"), "gelu": partial(FeedForward, activation="gelu")}
+    # "multi-head" unless num_kv_heads is given: (d_model, num_heads, dropout, **options) -> a module
+    ATTENTIONS: ClassVar[dict[str, Callable]] = {"multi-head": MultiHeadAttention}
 
     def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, num_layers: int = 2,
                  d_ff: int | None = None, dropout: float = 0.1, max_len: int = 256, pad_id: int = PAD_ID,
@@ -257,7 +258,7 @@ class LanguageModel(PretrainedModel):
         self.bos_id, self.eos_id = bos_id, eos_id  # what generate starts with and stops at
         _check_bool("tie_output", tie_output)
         _check_int("num_heads", num_heads)  # before d_model // num_heads
-        in_attention = _named("positions", POSITIONS, positions)  # None: added to the embeddings
+        in_attention = _named("positions", self.POSITIONS, positions)  # None: added to the embeddings
         self.embed = TokenEmbedding(vocab_size, d_model, padding_idx=pad_id)
         # Added positions: the encoding, then dropout. Positions inside attention: the
         # embeddings only get their dropout, and one module turns every layer's q and k.
@@ -268,14 +269,14 @@ class LanguageModel(PretrainedModel):
             attention_options["positional"] = in_attention(d_model // num_heads, max_len)
         if num_kv_heads is not None:
             attention_options["num_kv_heads"] = num_kv_heads
-        if num_kv_heads is not None and "grouped-query" not in ATTENTIONS:
-            raise ValueError("num_kv_heads needs grouped-query attention, ATTENTIONS['grouped-query'], "
-                             "which chapter 13 adds (transformer.refinements); leave it None")
-        attention = ATTENTIONS["multi-head" if num_kv_heads is None else "grouped-query"]
+        if num_kv_heads is not None and "grouped-query" not in self.ATTENTIONS:
+            raise ValueError("num_kv_heads needs grouped-query attention, which chapter 13's "
+                             "ModernLanguageModel has (transformer.refinements); leave it None")
+        attention = self.ATTENTIONS["multi-head" if num_kv_heads is None else "grouped-query"]
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first=norm_first,
-                               cross_attention=False, norm=_named("norm", NORMS, norm),
+                               cross_attention=False, norm=_named("norm", self.NORMS, norm),
                                self_attention=partial(attention, **attention_options),
-                               feed_forward=_named("activation", FEED_FORWARDS, activation))
+                               feed_forward=_named("activation", self.FEED_FORWARDS, activation))
         self.generator = nn.Linear(d_model, vocab_size)  # hidden state -> one score per token
         self.tie_weights()
 
@@ -316,8 +317,9 @@ class LanguageModel(PretrainedModel):
                              f"max_len={self.max_len}; build the LanguageModel with a larger max_len")
         t = ids.size(1)
         # Query i (at position start + i) may see keys 0 .. start + i: cached and new. From
-        # position 0 that is chapter 04's causal mask, passed as chapter 03's flag (the fused
-        # kernel skips the blocks above the diagonal); one new position sees every key.
+        # position 0 that is chapter 04's causal mask, passed as the is_causal flag (which lets
+        # appendix 14's fused kernel skip the blocks above the diagonal); one new position
+        # sees every key.
         mask = None if start == 0 or t == 1 else (
             torch.ones(1, 1, t, start + t, dtype=torch.bool, device=ids.device).tril(start))
         x = self.embed(ids)  # [B, T, d_model]
@@ -386,12 +388,15 @@ def save_language_model(directory: str | Path, model: "LanguageModel", vocab: Ch
     return directory
 
 
-def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str = "cpu") -> LanguageModelCheckpoint:
+def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str = "cpu",
+                        model_class: type[LanguageModel] = LanguageModel) -> LanguageModelCheckpoint:
     """Load a directory written by `save_language_model` (default: the model shipped with the package).
 
     Args:
         directory: the checkpoint directory.
         map_location: the device for the weights (default "cpu").
+        model_class: the class the directory holds (default LanguageModel; chapter 13's
+            ModernLanguageModel for a model with its refinements).
 
     Returns:
         A LanguageModelCheckpoint(model in float32 and eval mode, vocab, metrics).
@@ -404,7 +409,7 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
     Defined in chapter 11 (`chapters/11_language_model.ipynb`).
     """
     directory = Path(directory)
-    model = LanguageModel.from_pretrained(directory, map_location=map_location).float().eval()
+    model = model_class.from_pretrained(directory, map_location=map_location).float().eval()
     metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
     path = directory / VOCAB_FILE
     if not path.is_file():
@@ -417,4 +422,4 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
         raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {model.vocab_size}")
     return LanguageModelCheckpoint(model, vocab, metrics)
 
-__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "POSITIONS", "NORMS", "FEED_FORWARDS", "ATTENTIONS", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]

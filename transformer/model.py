@@ -460,9 +460,12 @@ def _json_text(name: str, value: object) -> str:
 
 
 def _constructor_class(cls: type) -> type:
-    """The class whose __init__ builds cls's models: the one a checkpoint names, so that a
-    subclass that only adds methods (chapter 14's speed paths) saves and loads as it."""
-    return next(c for c in cls.__mro__ if "__init__" in vars(c))
+    """The class a checkpoint names: cls, or, if cls only adds methods to its parent (chapter
+    14's speed paths), the first class up its line that defines a constructor or a class
+    attribute (chapter 13's model, which adds names to chapter 11's tables)."""
+    def builds(c: type) -> bool:
+        return "__init__" in vars(c) or any(not callable(v) for k, v in vars(c).items() if not k.startswith("__"))
+    return next(c for c in cls.__mro__ if builds(c))
 
 
 def _save_pretrained(model: PretrainedModel, directory: Path, metadata: dict | None) -> Path:

@@ -13,29 +13,24 @@ def _check_attention_inputs(d_model: int, dtype: torch.dtype, query: Tensor, key
     dtype is the module's weights' dtype, which the inputs must share.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
-        _check_attention_input(name, x, d_model, dtype)
+        _check_sequence(name, x, d_model, dtype)
     if key.size(0) != query.size(0) or value.size(0) != query.size(0):
-        raise ValueError(
-            "query, key and value must have the same batch size, got "
-            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
+        raise ValueError("query, key and value must have the same batch size, got query "
+                         f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
     if key.size(1) != value.size(1):
-        raise ValueError(
-            f"key and value must have the same length, got key {tuple(key.shape)}, "
-            f"value {tuple(value.shape)}"
-        )
+        raise ValueError(f"key and value must have the same length, got key {tuple(key.shape)}, "
+                         f"value {tuple(value.shape)}")
 
 
-def _check_attention_input(name: str, x: object, d_model: int, dtype: torch.dtype) -> None:
-    """A ValueError unless x is a tensor [batch, len, d_model]; a TypeError unless of dtype."""
+def _check_sequence(name: str, x: object, d_model: int, dtype: torch.dtype) -> None:
+    """A ValueError unless x is a tensor [batch, len, d_model]; a TypeError unless of dtype,
+    the module's weights' dtype (chapter 07's blocks check their inputs with it too)."""
     if not isinstance(x, Tensor) or x.dim() != 3 or x.size(-1) != d_model:
         got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"{name} must have shape [batch, len, d_model={d_model}], got {got}")
     if x.dtype != dtype:
-        raise TypeError(
-            f"{name} has dtype {x.dtype} but the attention weights are {dtype}: convert "
-            f"one to the other (x.to({dtype}) or module.to({x.dtype}))"
-        )
+        raise TypeError(f"{name} has dtype {x.dtype} but the module's weights are {dtype}: convert "
+                        f"one to the other ({name}.to({dtype}) or module.to({x.dtype}))")
 
 # %% chapters/05_multihead_attention.ipynb, cell 13
 def _check_mask_axes(mask: object, batch: int, num_heads: int, q_len: int, name: str = "mask") -> None:
@@ -61,22 +56,9 @@ from typing import Protocol
 
 from torch import nn
 
-import math
-
-from torch.nn import functional as F
-
-from transformer.attention import _check_attention_args, scaled_dot_product_weights
+from transformer.attention import scaled_dot_product_weights
 from transformer.embedding import _check_bool, _check_float, _check_int
-
-
-def _fused_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
-    """x [..., d_in] through several Linear layers at once -> their outputs side by side.
-
-    Same math as torch.cat([layer(x) for layer in layers], -1), in one matrix multiply.
-    """
-    weight = torch.cat([layer.weight for layer in layers])  # [sum of d_out, d_in]
-    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
-    return nn.functional.linear(x, weight, bias)
+from transformer.masks import causal_mask
 
 
 class KeyValueCache(Protocol):
@@ -93,7 +75,7 @@ class KeyValueCache(Protocol):
 
 
 class MultiHeadAttention(nn.Module):
-    """num_heads attention heads computed in parallel from fused projections.
+    """num_heads attention heads computed in parallel: split, attend, merge.
 
     Masks are bool, True = may attend (torch.nn.MultiheadAttention uses the opposite
     convention). Dropout acts on the attention weights in training mode only, as in
@@ -121,9 +103,7 @@ class MultiHeadAttention(nn.Module):
         _check_int("d_model", d_model)
         _check_int("num_heads", num_heads)
         if d_model % num_heads:
-            raise ValueError(
-                f"d_model ({d_model}) must be divisible by num_heads ({num_heads})"
-            )
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         _check_float("dropout", dropout, 0.0, 1.0)
         _check_bool("bias", bias)
         if positional is not None and not callable(positional):
@@ -164,13 +144,7 @@ class MultiHeadAttention(nn.Module):
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
     def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V projections, with as few matrix multiplies as possible.
-
-        Self-attention (query is key is value): ONE multiply by the three weights
-        stacked, [3·d_model, d_model] (nn.MultiheadAttention's in_proj_weight).
-        Otherwise three, one per nn.Linear (cross-attention keeps k_proj and v_proj as
-        calls of their own, so that chapter 10 can count the key projections with a
-        forward hook on k_proj).
+        """The Q, K and V projections, every head at once.
 
         Args:
             query: [B, Tq, d_model].
@@ -181,10 +155,6 @@ class MultiHeadAttention(nn.Module):
             q [B, Tq, d_model], k [B, Tk, d_model] and v [B, Tk, d_model] (each as wide as
             its projection's output).
         """
-        if query is key and key is value:
-            layers = (self.q_proj, self.k_proj, self.v_proj)
-            qkv = _fused_linear(query, layers)  # [B, T, 3·d_model]
-            return qkv.split([layer.out_features for layer in layers], dim=-1)  # three views, no copy
         return self.q_proj(query), self.k_proj(key), self.v_proj(value)
 
     def forward(
@@ -209,13 +179,12 @@ class MultiHeadAttention(nn.Module):
                 the queries of the new positions and the keys and values of every position
                 so far, as chapter 10's KVCache and StaticKVCache do.
             need_weights: return the attention weights (default True, as
-                torch.nn.MultiheadAttention). False returns None for them and lets
-                `attend` run PyTorch's fused kernel; the blocks of chapter 07 pass False. To read
-                the weights of a module inside a model, register a forward pre-hook
+                torch.nn.MultiheadAttention). False returns None for them (the blocks of
+                chapter 07 pass False; appendix 14's faster path needs it). To read the
+                weights of a module inside a model, register a forward pre-hook
                 (with_kwargs=True) that sets kwargs["need_weights"] = True.
             is_causal: query i may attend only to keys 0..i (Tq == Tk), on top of mask:
-                chapter 04's causal mask as a flag, as in PyTorch, which lets the fused
-                kernel skip the blocks above the diagonal (default False).
+                chapter 04's causal mask given as a flag, as in PyTorch (default False).
 
         Returns:
             output [B, Tq, d_model], and weights [B, num_heads, Tq, Tk] (after dropout)
@@ -258,66 +227,20 @@ class MultiHeadAttention(nn.Module):
             k: keys [B, h, Tk, d_head].
             v: values [B, h, Tk, d_head].
             mask: optional bool, True = may attend, broadcastable to [B, h, Tq, Tk].
-            need_weights: return the weights (else PyTorch's fused kernel, and None).
+            need_weights: return the weights (else None for them).
             is_causal: query i sees keys 0..i only (Tq == Tk), on top of mask: chapter
                 04's causal mask given as a flag, as in PyTorch.
 
         Returns:
             out [B, h, Tq, d_head], and weights [B, h, Tq, Tk] or None.
         """
-        dropout_p = self.dropout.p if self.training else 0.0
         if is_causal and q.size(-2) != k.size(-2):
             raise ValueError(f"is_causal needs Tq == Tk (query i sees keys 0..i), got Tq {q.size(-2)} "
                              f"and Tk {k.size(-2)}; pass a mask instead")
-        # The fast path, chosen here once (chapter 14 shows it equal and measures it).
-        if _why_not_fused(need_weights, dropout_p, q.device) is None:
-            return fused_attention(q, k, v, mask, dropout_p, is_causal), None
-        if is_causal:
-            mask = _and_causal(mask, q.size(-2), q.device)
+        if is_causal:  # chapter 04's mask, and with the one given
+            causal = causal_mask(q.size(-2), q.device)  # [1, 1, Tq, Tk]
+            mask = causal if mask is None else mask & causal
         weights = self.dropout(scaled_dot_product_weights(q, k, mask))  # [B, h, Tq, Tk]
         return weights @ v, (weights if need_weights else None)  # [B, h, Tq, d_head]
 
-# %% chapters/05_multihead_attention.ipynb, cell 17
-def _why_not_fused(need_weights: bool, dropout_p: float, device: torch.device) -> str | None:
-    """Why attend does not hand the work to PyTorch's fused kernel, or None when it does."""
-    if need_weights:
-        return "the weights are asked for, and the fused kernel never stores them"
-    if dropout_p > 0.0 and device.type == "cpu":
-        return "dropout on the CPU, where PyTorch's kernel falls back to a slower unfused path"
-    return None
-
-
-def _and_causal(mask: Tensor | None, size: int, device: torch.device) -> Tensor:
-    """mask & chapter 04's causal mask [size, size] (the causal mask alone if mask is None)."""
-    causal = torch.ones(size, size, dtype=torch.bool, device=device).tril()  # [Tq, Tk]
-    return causal if mask is None else mask & causal
-
-
-def fused_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                    dropout_p: float = 0.0, is_causal: bool = False) -> Tensor:
-    """Chapter 03's attention output through PyTorch's fused kernel, which keeps no weights.
-
-    Args:
-        q: queries [..., Tq, d_k]; k: keys [..., Tk, d_k]; v: values [..., Tk, d_v].
-        mask: optional bool, True = may attend, broadcastable to [..., Tq, Tk].
-        dropout_p: dropout probability on the weights, in [0, 1) (default 0.0).
-        is_causal: query i sees keys 0..i only, on top of mask (default False).
-
-    Returns:
-        output [..., Tq, d_v]; a query that may see no key gets zeros, as in chapter 03.
-
-    Defined in chapter 05 (`chapters/05_multihead_attention.ipynb`).
-    """
-    mask = _check_attention_args(q, k, v, mask, dropout_p, None)
-    scale = 1.0 / math.sqrt(q.size(-1))
-    if mask is None:  # with is_causal the kernel skips the blocks above the diagonal
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=is_causal)
-    if is_causal:
-        mask = _and_causal(mask, q.size(-2), q.device)
-    # A row with no visible key would be 0/0 inside the kernel (NaN in older PyTorch
-    # releases): let it see every key, then zero its output, as chapter 03's function does.
-    has_key = mask.any(dim=-1, keepdim=True)  # [..., Tq, 1]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout_p, scale=scale)
-    return out.masked_fill(~has_key, 0.0)  # [..., Tq, d_v]
-
-__all__ = ["KeyValueCache", "MultiHeadAttention", "fused_attention"]
+__all__ = ["KeyValueCache", "MultiHeadAttention"]

@@ -208,11 +208,24 @@ class GroupedQueryAttention(MultiHeadAttention):
         return f"num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}"
 
 # %% chapters/13_refinements.ipynb, cell 18
-from transformer.lm import ATTENTIONS, FEED_FORWARDS, NORMS, POSITIONS
+from transformer.lm import LanguageModel
 
-POSITIONS["rotary"] = RotaryEmbedding  # (d_head, max_len) -> turns q and k in every layer
-NORMS["rms"] = RMSNorm  # (d_model) -> norm
-FEED_FORWARDS["swiglu"] = SwiGLU  # (d_model, d_ff, dropout) -> feed-forward
-ATTENTIONS["grouped-query"] = GroupedQueryAttention  # chosen by LanguageModel(num_kv_heads=g)
 
-__all__ = ["RotaryEmbedding", "RMSNorm", "SwiGLU", "swiglu_width", "GroupedQueryAttention"]
+class ModernLanguageModel(LanguageModel):
+    """Chapter 11's LanguageModel that can also be built with this chapter's refinements.
+
+    The same arguments, with more names allowed: positions="rotary" (RotaryEmbedding),
+    norm="rms" (RMSNorm), activation="swiglu" (SwiGLU; give it d_ff=swiglu_width(...)
+    for the 2017 parameter count), and num_kv_heads (GroupedQueryAttention). The
+    defaults are still chapter 11's 2017 parts. `ModernLanguageModel.from_pretrained`
+    loads what its save_pretrained wrote.
+
+    Defined in chapter 13 (`chapters/13_refinements.ipynb`).
+    """
+
+    POSITIONS = {**LanguageModel.POSITIONS, "rotary": RotaryEmbedding}  # (d_head, max_len) -> turns q, k
+    NORMS = {**LanguageModel.NORMS, "rms": RMSNorm}  # (d_model) -> norm
+    FEED_FORWARDS = {**LanguageModel.FEED_FORWARDS, "swiglu": SwiGLU}  # (d_model, d_ff, dropout) -> FFN
+    ATTENTIONS = {**LanguageModel.ATTENTIONS, "grouped-query": GroupedQueryAttention}  # for num_kv_heads
+
+__all__ = ["RotaryEmbedding", "RMSNorm", "SwiGLU", "swiglu_width", "GroupedQueryAttention", "ModernLanguageModel"]
