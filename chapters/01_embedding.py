@@ -160,8 +160,9 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 #    token vector of norm 1 added to that would be drowned by the position.
 #
 # Multiplying the small embedding rows by $\sqrt{d_{\text{model}}}$ gives them entries of
-# order 1 and norm about $\sqrt{d_{\text{model}}}$, the same size as the position signal,
-# while the shared matrix itself stays small for the output layer:
+# order 1 and norm about $\sqrt{d_{\text{model}}}$, of the same order as the position
+# signal (larger by a factor $\sqrt 2$: 22.6 against 16 at $d_{\text{model}} = 512$, as
+# section 5 prints), while the shared matrix itself stays small for the output layer:
 #
 # $$x_t = \sqrt{d_{\text{model}}}\; W_e[\text{id}_t, :], \qquad W_e \sim \mathcal N\!\left(0, \tfrac{1}{d_{\text{model}}}\right).$$
 #
@@ -182,10 +183,11 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 # says neither which id nor how large the vocabulary is (on a GPU it is a device-side
 # assert instead). Section 5 prints both next to ours. The range check reads the ids'
 # values (their minimum and maximum); a compiler that turns the model into one graph
-# (chapter 08 does) cannot branch on values it will only see at run time, so that one check
-# runs in eager mode only, and compiled code relies on the indexing kernel's own bounds
-# check. The small `_check_*` helpers are reused by every later chapter, so that each rule
-# (a size is a positive integer and not `True`, a probability is not NaN, ...) is written once.
+# (`torch.compile`, chapter 08) cannot branch on values it will only see at run time, so
+# that one check runs in eager mode only, and compiled code relies on the indexing
+# kernel's own bounds check. The small `_check_*` helpers are reused by every later
+# chapter, so that each rule (a size is a positive integer and not `True`, a probability
+# is not NaN, ...) is written once.
 
 # %%
 #| export
@@ -434,13 +436,13 @@ print(f"positional encoding norm: {pe_norm:.2f}")
 # The numbers tell the story. With PyTorch's default, scaling makes token vectors of norm
 # about 512, thirty-two times the position signal, and tied logits would start with a
 # standard deviation of about 23 (a softmax that is certain of a random answer). Without
-# scaling, the default init is already position-sized, but its logits are just as large, so
-# it cannot be tied. The scaled init is the only one that works for both jobs: norm about
-# 22.6 at the input, logits of standard deviation about 1 at the output. Xavier makes the
-# table tiny for a large vocabulary (norm about 4 even after scaling, a quarter of the
-# position signal, so position dominates at the start). That is why chapter 08 applies
-# Xavier to every other matrix of the model but leaves the embedding tables to
-# `TokenEmbedding`.
+# scaling, the default init is already of the position's size (22.6 against 16), but its
+# logits are just as large, so it cannot be tied. The scaled init is the only one that
+# works for both jobs: norm about 22.6 at the input, logits of standard deviation about 1
+# at the output. Xavier makes the table tiny for a large vocabulary (norm about 4 even
+# after scaling, a quarter of the position signal, so position dominates at the start).
+# That is why chapter 08 applies Xavier to every other matrix of the model but leaves the
+# embedding tables to `TokenEmbedding`.
 
 # %%
 assert math.isclose(weights["N(0, 1/d) scaled"].std().item(), D_paper ** -0.5, rel_tol=0.01)
@@ -830,12 +832,13 @@ print("ex5-xavier passed")
 # * An embedding is a learned table $W_e \in \mathbb{R}^{V\times d_{\text{model}}}$; looking
 #   up row $i$ is exactly multiplying the one-hot vector $e_i$ by $W_e$, done without the
 #   multiplication.
-# * The paper multiplies the looked-up vectors by $\sqrt{d_{\text{model}}}$. Paired with an
-#   $\mathcal N(0, 1/d_{\text{model}})$ initialisation this gives vectors of norm about
-#   $\sqrt{d_{\text{model}}}$ at the input (the size of the positional encoding, 16 for
-#   $d_{\text{model}}=512$) and logits of standard deviation about 1 when the same matrix
-#   is tied to the output layer. With PyTorch's default $\mathcal N(0,1)$ the scale would
-#   make token vectors about 32 times larger than the position signal.
+# * The paper multiplies the looked-up vectors by $\sqrt{d_{\text{model}}}$. Paired with
+#   an $\mathcal N(0, 1/d_{\text{model}})$ initialisation this gives vectors of norm
+#   about $\sqrt{d_{\text{model}}}$ at the input (the same order as the positional
+#   encoding's $\sqrt{d_{\text{model}}/2}$: 22.6 against 16 for $d_{\text{model}}=512$)
+#   and logits of standard deviation about 1 when the same matrix is tied to the output
+#   layer. With PyTorch's default $\mathcal N(0,1)$ the scale would make token vectors
+#   about 32 times larger than the position signal.
 # * `transformer.TokenEmbedding(vocab_size, d_model, padding_idx=None, scale=True)` maps
 #   `[B, T]` ids to `[B, T, d_model]` and refuses float ids, ids outside the vocabulary and
 #   non-positive sizes with an error that names the argument.

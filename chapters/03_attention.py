@@ -147,8 +147,9 @@ def attention_v0(q, k, v):
 #   and explains the second masked line, for a row that may see nothing at all.
 # * **leading dimensions** `...`: the same function serves one head `[B, T, d_k]` here and
 #   many heads `[B, heads, T, d_k]` in chapter 05.
-# * `dropout_p` (dropout on the weights, used when training, chapter 05) and `scale`
-#   (default $1/\sqrt{d_k}$; section 6 sets it to 1 to show what goes wrong without it).
+# * `dropout_p` (dropout on the weights, for training; chapter 05's module applies the
+#   same dropout with an `nn.Dropout` of its own) and `scale` (default $1/\sqrt{d_k}$;
+#   section 6 sets it to 1 to show what goes wrong without it).
 # * **the weights on their own**: the first two steps are a function of their own,
 #   `scaled_dot_product_weights(q, k, mask, scale)`, which chapter 05 calls directly.
 # * **one line of input checks**, defined in the next cell, so that a mistake fails with a

@@ -63,7 +63,9 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # %%
 src_tokens = ["<bos>", "I", "love", "apples", "<eos>"]
 tgt_tokens = ["<bos>", "我", "喜欢", "苹果", "<eos>"]
-d_model, num_heads, d_ff = 32, 8, 128  # 8 heads, as in the paper (no printed shape has their d_head = 4)
+# 8 heads, as in the paper; their d_head = 32 / 8 = 4 is never printed: a 4 in the shapes of
+# section 4 is the target length T
+d_model, num_heads, d_ff = 32, 8, 128
 
 x_src = torch.randn(1, len(src_tokens), d_model)  # [1, 5, 32]: embeddings + positions, say
 

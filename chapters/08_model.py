@@ -573,10 +573,10 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 # A trained model is worth keeping, and loading it must not be dangerous. PyTorch's own
 # `torch.save` writes a *pickle*, and unpickling a file can run any code that the file
 # asks for (that is why `torch.load` now loads only tensors, numbers, strings and plain
-# containers such as dicts, lists and tuples, which is all chapter 09's checkpoints hold,
-# unless told `weights_only=False`, which nobody should tell it for a file from
-# elsewhere). So a saved model here is a directory of two files that hold data and
-# nothing else:
+# containers such as dicts, lists and tuples, which is all that chapter 09's training
+# state, `TrainState.state_dict()`, holds, unless told `weights_only=False`, which nobody
+# should tell it for a file from elsewhere). So a saved model here is a directory of two
+# files that hold data and nothing else:
 #
 # * `config.json`: the model's class, its `config`, the dtype, a format version and any
 #   JSON-able `metadata` (chapter 09 adds its training metrics);
@@ -817,10 +817,10 @@ assert abs(pe_rms - 0.5 ** 0.5) < 1e-4 and 0.95 < ours_rms < 1.05 and xavier_rms
 #
 # ## 4 · Shape trace of a padded batch
 #
-# A batch of two sentences: a source `[2, 6]` and a decoder input `[2, 4]`, both
-# padded with id 0, a vocabulary of 40, `d_model = 32`, 8 heads, 2 + 2 layers (sizes
-# chosen so that no two axes of a tensor share a length, except the square target
-# mask). We follow it through the model step by step.
+# A batch of two sentences: a source `[2, 6]` and a decoder input `[2, 4]`, both padded
+# with id 0, a vocabulary of 40, `d_model = 32`, 8 heads, 2 + 2 layers (sizes chosen so
+# that no two axes of a tensor share a length, apart from the masks' size-1 axes and the
+# square target mask). We follow it through the model step by step.
 
 # %%
 torch.manual_seed(0)
@@ -1252,17 +1252,18 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# At short lengths the parts that grow linearly (projections, FFN) and fixed
-# overheads dominate: memory and time grow no faster than $n$. From a few hundred tokens
-# on, the attention matrices take over and both curves bend towards $n^2$: from
-# $n = 512$ to $1024$ the memory more than triples (the printed table), and from $256$ to
-# $1024$ the time grows well beyond the 4 times a linear cost would take (the assertions
-# above check both). The last step of the time curve is often steeper than $n^2$; the
-# arithmetic grows at most fourfold when $n$ doubles, so the rest comes from the machine
-# (caches, memory traffic), not from the model. This is why sentence-level translation is
-# cheap and why long documents need more: attention kernels that never store the matrix
-# (Dao et al., 2022, "FlashAttention"; appendix 14 measures one), sparse attention (Child
-# et al., 2019, "Generating Long Sequences with Sparse Transformers") or linear attention
+# At short lengths the parts that grow linearly (projections, FFN) and fixed overheads
+# dominate: from $n = 64$ to $128$ the memory doubles (0.41 to 0.81 MB), as $n$ does, and
+# the time grows no faster. From a few hundred tokens on, the attention matrices take
+# over and both curves bend towards $n^2$: from $n = 512$ to $1024$ the memory more than
+# triples (the printed table), and from $256$ to $1024$ the time grows well beyond the 4
+# times a linear cost would take (the assertions above check both). The last step of the
+# time curve is often steeper than $n^2$; the arithmetic grows at most fourfold when $n$
+# doubles, so the rest comes from the machine (caches, memory traffic), not from the
+# model. This is why sentence-level translation is cheap and why long documents need
+# more: attention kernels that never store the matrix (Dao et al., 2022,
+# "FlashAttention"; appendix 14 measures one), sparse attention (Child et al., 2019,
+# "Generating Long Sequences with Sparse Transformers") or linear attention
 # (Katharopoulos et al., 2020, "Transformers are RNNs").
 #
 # ### Compiling and exporting

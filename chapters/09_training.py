@@ -2199,7 +2199,7 @@ print("ex4 passed")
 #   word and $\varepsilon/V$ on every word, ignoring padding; it equals PyTorch's.
 # - **Optimisation**: Adam (0.9, 0.98, 1e-9), the warm-up schedule
 #   $d^{-0.5}\min(s^{-0.5}, s\,w^{-1.5})$ peaking at $s = w$, and gradient clipping.
-# - **Result**: a 180k-parameter Transformer trained on CPU translates held-out
-#   sentences with at least 95% exact match; the checkpoint (safetensors weights, JSON
-#   config and vocabularies: nothing to unpickle) ships with the package and loads with
-#   `load_checkpoint()`.
+# - **Result**: a Transformer of 183,177 parameters trained on CPU translates held-out
+#   sentences: 100% exact match in the run above, where the chapter asserts at least 95%;
+#   the checkpoint (safetensors weights, JSON config and vocabularies: nothing to
+#   unpickle) ships with the package and loads with `load_checkpoint()`.
