@@ -194,7 +194,7 @@ print("model.training after the call:", model.training)
 # enough). It also turns off gradient tracking: generation never backpropagates.
 
 # %%
-#| export
+#| export decoding
 import math
 from collections.abc import Callable, Iterator
 from typing import cast
@@ -204,7 +204,6 @@ import torch
 from torch import Tensor, nn
 
 from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
-from transformer.embedding import _check_id_range
 from transformer.model import Transformer
 
 
@@ -656,7 +655,7 @@ assert torch.allclose(torch.cat(cross_one_by_one, 1), cross_at_once, atol=1e-6)
 # - bad arguments get a clear error that names them.
 
 # %%
-#| export
+#| export decoding
 from transformer.kv_cache import IncrementalDecoder
 
 
@@ -999,7 +998,7 @@ assert ops_per_step[1] == ops_per_step[-1] > 100, "a cached step runs the same f
 # gives them probability exactly zero.
 
 # %%
-#| export
+#| export decoding
 def _check_top_p(top_p: object) -> float:
     """top_p as a float if it lies in (0, 1], else a ValueError naming it."""
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
@@ -1200,7 +1199,28 @@ for temperature, top_p, seed in [(1.0, None, 0), (1.0, None, 0), (1.0, None, 1),
 # the same batched steps, not a second decoding.
 
 # %%
-#| export
+#| export beam_search
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.decoding import (
+    _blocked_logits,
+    _check_length,
+    _check_logits,
+    _check_src,
+    _source_mask,
+    _vocab_size,
+    eval_mode,
+)
+from transformer.embedding import _check_id_range
+from transformer.kv_cache import IncrementalDecoder
+from transformer.model import Transformer
+
+
 def length_penalty(length: Tensor, alpha: float = 0.6) -> Tensor:
     """GNMT's length penalty ((5 + |y|) / 6) ** alpha, elementwise.
 
@@ -1282,7 +1302,7 @@ def sequence_scores(model: Transformer, src: Tensor, tgt: Tensor, alpha: float =
 # ranked by, which `sequence_scores` recomputes in one teacher-forced pass.
 
 # %%
-#| export
+#| export beam_search
 def beam_search(model: Transformer, src: Tensor, bos_id: int, eos_id: int, beam_size: int = 4,
                 alpha: float = 0.6, max_new_tokens: int | None = None, use_cache: bool = True,
                 keep_greedy: bool = True, src_mask: Tensor | None = None,
@@ -1507,8 +1527,15 @@ for keep in (False, True):
 # teacher-forced pass over a given target.
 
 # %%
-#| export
+#| export attention_maps
 import inspect
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+from transformer.decoding import _check_src, eval_mode
+from transformer.model import Transformer
 
 
 def cross_attention_weights(model: Transformer, src: Tensor, tgt: Tensor) -> Tensor:
@@ -1631,7 +1658,8 @@ from pathlib import Path
 from torch import Tensor
 
 from transformer.data import Vocab, _check_float, _check_int, pad_sequences
-from transformer.generation import beam_search, greedy_decode
+from transformer.beam_search import beam_search
+from transformer.decoding import greedy_decode
 from transformer.model import Transformer, _as_directory
 from transformer.training import (
     SRC_VOCAB_FILE,
@@ -1894,7 +1922,25 @@ print("stderr:", result.stderr.strip(), "| exit status:", result.returncode)
 
 # %%
 #| export
-from transformer.model import PretrainedModel
+from collections.abc import Callable
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+from transformer.beam_search import _beam_loop, _check_beam_options, beam_search
+from transformer.data import _check_bool, _check_int, _check_token_ids
+from transformer.decoding import (
+    _autoregressive,
+    _blocked_logits,
+    _check_model,
+    _decode_translation,
+    _sampler,
+    _vocab_size,
+    eval_mode,
+)
+from transformer.kv_cache import IncrementalDecoder
+from transformer.model import PretrainedModel, Transformer
 
 
 def _special_id(model: nn.Module, name: str, given: int | None) -> int:
@@ -2289,7 +2335,7 @@ def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 # %%
 #| check ex1-top-k
-from transformer.generation import filter_logits as _filter  # the exported function
+from transformer.decoding import filter_logits as _filter  # the exported function
 
 
 def _check_top_k(shape, ks, dtype, seed):

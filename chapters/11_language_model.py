@@ -103,7 +103,7 @@ torch.set_num_threads(1)
 # which Python's standard library reads (`lzma`).
 
 # %%
-#| export text
+#| export corpus
 import lzma
 import re
 from pathlib import Path
@@ -199,9 +199,8 @@ print(f"\n《{quiet_night.title}》 {quiet_night.author}\n{quiet_night.text}")
 # whole groups. Most poems are a group of their own.
 
 # %%
-#| export text
+#| export corpus
 import random
-from collections import Counter
 from collections.abc import Sequence
 
 from transformer.embedding import _check_float, _check_int
@@ -303,6 +302,8 @@ def split_documents(documents: list[Document], valid_fraction: float = 0.05,
 
 
 # %%
+from collections import Counter
+
 groups = line_groups([d.text for d in documents])
 sizes = sorted(Counter(groups).values(), reverse=True)
 print(f"{len(sizes):,} groups: {sum(s == 1 for s in sizes):,} poems share no line with another; "
@@ -330,13 +331,14 @@ for name, part in split._asdict().items():
 # %%
 #| export text
 import math
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
-from transformer.embedding import _check_bool
+from transformer.embedding import _check_bool, _check_int
 
 
 class CharVocab(Vocab):
@@ -829,7 +831,10 @@ for row in samples:
 # its middle couplets, which this measure does not check.
 
 # %%
-#| export text
+#| export poems
+import re
+from collections.abc import Iterable
+
 VERSE_LINE = re.compile(r"([\u4e00-\u9fff]+)，([\u4e00-\u9fff]+)[。？！]")
 
 
@@ -886,7 +891,10 @@ print(f"training poems: {verse_form_share(lines):.1%} of {len(lines):,} lines ar
 # follow which, so its commas and full stops fall wherever a neighbour suggests them.
 
 # %%
-#| export
+#| export poems
+import torch
+from torch import nn
+
 from transformer.generation import generate
 from transformer.text import CharVocab
 
@@ -1275,6 +1283,7 @@ from typing import NamedTuple
 
 import transformer as _package
 from transformer.model import read_pretrained_config
+from transformer.text import CharVocab
 
 LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm
 VOCAB_FILE = "vocab.json"
@@ -1358,7 +1367,7 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
 # %%
 import tempfile
 
-from transformer.generation import eval_mode
+from transformer.decoding import eval_mode
 from transformer.kv_cache import KVCache
 
 saved = save_language_model(Path(tempfile.mkdtemp()) / "poems-lm", model, vocab, metrics={"steps": state.step})
@@ -1528,7 +1537,7 @@ assert forms["shipped, T = 0.6"]["verse"] > forms["bigram"]["verse"] + 0.2
 # poets reuse stock phrases of four or five characters too.
 
 # %%
-#| export text
+#| export poems
 def longest_shared_run(text: str, corpus: str) -> str:
     """The longest run of characters of text that also occurs somewhere in corpus.
 
@@ -1888,7 +1897,7 @@ def regulated_poem(text: str) -> int | None:
 
 # %%
 #| check ex3-regulated points=2
-from transformer.text import verse_form as _verse_form  # the exported function
+from transformer.poems import verse_form as _verse_form  # the exported function
 
 
 def _reference(text):

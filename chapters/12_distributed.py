@@ -134,12 +134,12 @@ print(f"100,000 steps: {steps * flops_per_step / cpu_flops / 86400 / 365:.2f} ye
 # A run is described by a config file with three sections, `[model]`, `[data]` and
 # `[train]`; every key has a default (the book's small translator), and a key that is
 # unknown or a value out of range is an error that names it. TOML needs no new
-# dependency: Python 3.11 reads it (`tomllib`).
+# dependency: Python 3.11 reads it (`tomllib`). The configs have a module of their own,
+# `transformer.config`.
 
 # %%
-#| export
+#| export config
 import json
-import math
 import tomllib
 from pathlib import Path
 
@@ -307,6 +307,7 @@ for bad in [{"train": {"stpes": 10}}, {"train": {"steps": 0}}, {"train": {"micro
 # %%
 #| export
 import random
+from pathlib import Path
 
 from torch import Tensor
 
@@ -512,14 +513,21 @@ def all_reduce_sum(tensor: Tensor) -> Tensor:
 #   with `os.replace`, which is atomic: a reader sees the old file or the new one, never
 #   half of one;
 # - the pointer `latest` is rewritten last, only once the new checkpoint is complete.
+#
+# These checkpoints have a module of their own, `transformer.resume`.
 
 # %%
-#| export
+#| export resume
+import json
+import os
+from pathlib import Path
 from typing import cast
-from collections.abc import Callable
 
 from safetensors import safe_open
 from safetensors.torch import save as safetensors_bytes
+from torch import Tensor
+
+from transformer.data import _check_int
 
 LATEST = "latest"  # the pointer file: names the newest complete checkpoint
 
@@ -556,7 +564,15 @@ def _from_json(value: object, tensors: dict[str, Tensor]) -> object:
     return {k: _from_json(v, tensors) for k, v in value.items()}
 
 
-def _write_atomically(path: Path, data: bytes, fault: Callable[[str], None] | None, name: str) -> None:
+def _write_file(path: Path, data: bytes) -> None:
+    """Write data to path and force it to the disk (fsync)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
     """Write data to path so that path holds either its old content or all of data.
 
     The bytes go to a temporary file in the same directory, are flushed to the disk
@@ -564,15 +580,7 @@ def _write_atomically(path: Path, data: bytes, fault: Callable[[str], None] | No
     fsynced so that the rename survives a power cut too.
     """
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data[: len(data) // 2])
-        if fault is not None:
-            fault(f"{name}: half written")
-        f.write(data[len(data) // 2:])
-        f.flush()
-        os.fsync(f.fileno())
-    if fault is not None:
-        fault(f"{name}: written, not renamed")
+    _write_file(tmp, data)
     os.replace(tmp, path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
@@ -581,8 +589,7 @@ def _write_atomically(path: Path, data: bytes, fault: Callable[[str], None] | No
         os.close(directory)
 
 
-def save_resume_checkpoint(directory: str | Path, state: dict, *, keep: int = 2,
-                           fault: Callable[[str], None] | None = None) -> Path:
+def save_resume_checkpoint(directory: str | Path, state: dict, *, keep: int = 2) -> Path:
     """Save everything needed to resume, atomically, without pickle; keep the newest `keep`.
 
     The tensors of `state` (weights, optimizer moments, RNG states) go into a safetensors
@@ -596,7 +603,6 @@ def save_resume_checkpoint(directory: str | Path, state: dict, *, keep: int = 2,
         state: a dict with an int "step" and tensors, numbers, strings, None, lists,
             tuples and dicts (string or int keys).
         keep: how many checkpoints to keep, >= 1 (default 2); older ones are deleted.
-        fault: for tests: called with a stage name at each point where a crash may hit.
 
     Returns:
         The path of the new checkpoint file.
@@ -610,8 +616,8 @@ def save_resume_checkpoint(directory: str | Path, state: dict, *, keep: int = 2,
     tensors: dict[str, Tensor] = {}
     document = json.dumps(_to_json(state, tensors, "state"))
     path = directory / f"step-{_check_int('step', state['step'], 0):08d}.safetensors"
-    _write_atomically(path, safetensors_bytes(tensors, metadata={"state": document}), fault, path.name)
-    _write_atomically(directory / LATEST, json.dumps({"checkpoint": path.name}).encode(), fault, LATEST)
+    _write_atomically(path, safetensors_bytes(tensors, metadata={"state": document}))
+    _write_atomically(directory / LATEST, json.dumps({"checkpoint": path.name}).encode())
     for old in sorted(directory.glob("step-*.safetensors"))[:-keep]:
         old.unlink()
     return path
@@ -654,15 +660,20 @@ def load_resume_checkpoint(directory: str | Path) -> dict | None:
 # float16, a gradient scaler multiplies the loss before backward, divides the gradients
 # after, and its own step skips an update whose gradients overflowed; `ScaledTrainState`
 # is chapter 09's `TrainState` with the scaler in it, so that a checkpoint resumes the
-# loss scale too.
+# loss scale too. The step goes into `transformer.accumulation`.
 
 # %%
-#| export
+#| export accumulation
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+from torch import Tensor
+
+from transformer.data import _check_float, _check_int
 from transformer.training import LossFn, StepResult, TrainState, check_loss, take_step
 
 
@@ -775,61 +786,30 @@ def accumulated_train_step(state: TrainState, batch: Any, loss_fn: LossFn, *, cl
 # the progress bar and saves; every process notes a SIGTERM (what a cluster's scheduler
 # sends before taking the machine back) and all stop together after the step, once a
 # checkpoint is saved. A run started again in the same directory resumes.
+#
+# First, what a config trains, a **task**: the model, its batches, its loss, its
+# validation and how to save it, one function per task (`transformer.tasks`); the loop
+# is the same for both.
 
 # %%
-#| export
-import signal
-import sys
-import time
+#| export tasks
+import math
+import random
+from collections.abc import Callable
 from functools import partial
+from pathlib import Path
+from typing import NamedTuple
 
-from tqdm import tqdm
+import torch
+from torch import Tensor
 
-from transformer.data import PAD_ID
+from transformer.data import PAD_ID, Vocab, make_batches
+from transformer.distributed import Processes, epoch_batches, load_pairs
 from transformer.lm import LanguageModel, lm_loss, perplexity, save_language_model
-from transformer.model import Transformer, count_parameters
-from transformer.text import CORPUS_FILE, CharVocab, encode_stream, read_corpus, sequential_windows, split_documents
-from transformer.training import evaluate_loss, make_optimizer, save_checkpoint, translation_loss
-
-
-def autocast(precision: str, device: torch.device) -> AbstractContextManager:
-    """The context to run the forward pass in: nothing for fp32, autocast for bf16/fp16.
-
-    Under autocast, matrix multiplies run in the low precision while the weights, the
-    gradients and the optimizer stay float32.
-
-    Args:
-        precision: "fp32", "bf16" (CPU or GPU) or "fp16" (GPU only).
-        device: where the model runs.
-
-    Returns:
-        A context manager.
-
-    Raises:
-        ValueError: precision is unknown, or fp16 on a CPU.
-    """
-    _check_choice("precision", precision, PRECISIONS)
-    if precision == "fp32":
-        return nullcontext()
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError("precision 'fp16' needs a GPU; on a CPU use 'bf16'")
-    return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-
-
-class _Forward:
-    """What the loss function calls as its model: the (DDP) replica, under autocast.
-
-    The logits come back in float32, so that the softmax and the loss are computed in
-    full precision whatever the forward pass ran in. pad_id is the model's (the
-    translation loss reads it).
-    """
-
-    def __init__(self, replica: torch.nn.Module, pad_id: int, precision: str, device: torch.device):
-        self.replica, self.pad_id, self.precision, self.device = replica, pad_id, precision, device
-
-    def __call__(self, *inputs: Tensor) -> Tensor:
-        with autocast(self.precision, self.device):
-            return self.replica(*inputs).float()  # [B, T, V] float32
+from transformer.model import Transformer
+from transformer.corpus import CORPUS_FILE, read_corpus, split_documents
+from transformer.text import CharVocab, encode_stream, sequential_windows
+from transformer.training import evaluate_loss, save_checkpoint, translation_loss
 
 
 class Task(NamedTuple):
@@ -966,6 +946,75 @@ def make_adamw(model: torch.nn.Module, lr: float, warmup: int, steps: int, weigh
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+# %% [markdown]
+# Around the step, the loop: the replica's forward pass under autocast, the random
+# generators a checkpoint must restore, the stop on SIGTERM, and `train_from_config`
+# itself, in `transformer.trainer`.
+
+# %%
+#| export trainer
+import math
+import random
+import signal
+import sys
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import cast
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from tqdm import tqdm
+
+from transformer.accumulation import ScaledTrainState, accumulated_train_step
+from transformer.config import CONFIG_DEFAULTS, PRECISIONS, _check_choice, load_config
+from transformer.distributed import Processes, all_reduce_sum, replicate, shard, start_processes
+from transformer.lm import LanguageModel
+from transformer.model import count_parameters
+from transformer.resume import load_resume_checkpoint, save_resume_checkpoint
+from transformer.tasks import language_model_task, make_adamw, translation_task
+from transformer.training import make_optimizer
+
+
+def autocast(precision: str, device: torch.device) -> AbstractContextManager:
+    """The context to run the forward pass in: nothing for fp32, autocast for bf16/fp16.
+
+    Under autocast, matrix multiplies run in the low precision while the weights, the
+    gradients and the optimizer stay float32.
+
+    Args:
+        precision: "fp32", "bf16" (CPU or GPU) or "fp16" (GPU only).
+        device: where the model runs.
+
+    Returns:
+        A context manager.
+
+    Raises:
+        ValueError: precision is unknown, or fp16 on a CPU.
+    """
+    _check_choice("precision", precision, PRECISIONS)
+    if precision == "fp32":
+        return nullcontext()
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("precision 'fp16' needs a GPU; on a CPU use 'bf16'")
+    return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+
+class _Forward:
+    """What the loss function calls as its model: the (DDP) replica, under autocast.
+
+    The logits come back in float32, so that the softmax and the loss are computed in
+    full precision whatever the forward pass ran in. pad_id is the model's (the
+    translation loss reads it).
+    """
+
+    def __init__(self, replica: torch.nn.Module, pad_id: int, precision: str, device: torch.device):
+        self.replica, self.pad_id, self.precision, self.device = replica, pad_id, precision, device
+
+    def __call__(self, *inputs: Tensor) -> Tensor:
+        with autocast(self.precision, self.device):
+            return self.replica(*inputs).float()  # [B, T, V] float32
 
 
 def rng_state() -> dict:
@@ -1032,8 +1081,7 @@ def _check_same_config(saved: dict | None, cfg: dict, out_dir: Path) -> None:
 
 
 def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progress: bool = True,
-                      verbose: bool = True, kill_at: tuple[int, int] | None = None,
-                      model_class: type[LanguageModel] = LanguageModel) -> dict:
+                      verbose: bool = True, model_class: type[LanguageModel] = LanguageModel) -> dict:
     """Train what the config says (a translator or a language model), on this process and the
     others torchrun started.
 
@@ -1053,8 +1101,6 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
         progress: show a progress bar on rank 0 (default True).
         verbose: print what happens (start, loss every log_every steps, end) on rank 0
             (default True).
-        kill_at: for tests: (rank, step) of a process that kills itself (SIGKILL) right
-            after that update, before saving anything; default None.
         model_class: the language model class a task "lm" builds (default chapter 11's
             LanguageModel; chapter 13 passes its ModernLanguageModel).
 
@@ -1142,8 +1188,6 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
                 history["loss"].append(result.loss)
                 history["grad_norm"].append(result.grad_norm)
                 history["tokens"] += result.tokens  # the whole global batch's target tokens
-                if kill_at == (procs.rank, state.step):
-                    os.kill(os.getpid(), signal.SIGKILL)
                 log.update(1)
                 if state.step % train_cfg["log_every"] == 0:
                     say(f"step {state.step}: loss {result.loss:.4f}, lr {result.lr:.2e}")
@@ -1192,7 +1236,7 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
 # train --example book > book.toml` writes one to start from.
 
 # %%
-#| export
+#| export trainer
 import argparse
 from importlib import resources
 
@@ -1201,8 +1245,7 @@ def train_command(argv: list[str] | None = None) -> int:
     """`python -m transformer train CONFIG` (also under torchrun): train as the config says.
 
     A problem of the config, the data or the checkpoint gets one line on standard error
-    and the exit status 2, never a traceback. For tests, the environment variable
-    TRANSFORMER_KILL_AT="RANK:STEP" makes that process kill itself after that update.
+    and the exit status 2, never a traceback.
 
     Args:
         argv: the arguments after `train` (default None: sys.argv[2:]).
@@ -1232,11 +1275,9 @@ def train_command(argv: list[str] | None = None) -> int:
         return 0
     if args.config is None:
         parser.error("the config is required: a .toml or .json file (`--example book > my.toml` writes one)")
-    kill_at = os.environ.get("TRANSFORMER_KILL_AT")
     try:
-        train_from_config(
-            args.config, args.out or Path("runs") / Path(args.config).stem, progress=not args.no_progress,
-            kill_at=_rank_and_step(kill_at) if kill_at else None)
+        train_from_config(args.config, args.out or Path("runs") / Path(args.config).stem,
+                          progress=not args.no_progress)
     except ValueError as err:
         print(f"train: {err}", file=sys.stderr)
         return 2
@@ -1247,12 +1288,6 @@ def train_command(argv: list[str] | None = None) -> int:
         print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
         return 130
     return 0
-
-
-def _rank_and_step(text: str) -> tuple[int, int]:
-    """TRANSFORMER_KILL_AT="RANK:STEP" as (rank, step)."""
-    rank, step = text.split(":")
-    return int(rank), int(step)
 
 
 def example_configs() -> list[str]:
@@ -1275,7 +1310,7 @@ def example_config(name: str) -> str:
 #| export __main__
 import sys
 
-from transformer.distributed import train_command
+from transformer.trainer import train_command
 from transformer.translator import translate_command
 
 COMMANDS = {"translate": translate_command, "train": train_command}
@@ -1392,14 +1427,16 @@ assert gap < 1e-5
 # `--standalone` lets torchrun find a free port on this machine.
 
 # %%
-def torchrun(config: dict, out: Path, processes: int = 2, **env: str) -> subprocess.CompletedProcess:
-    """Run `torchrun --standalone --nproc_per_node=N -m transformer train CONFIG --out OUT`."""
+def torchrun(config: dict, out: Path, processes: int = 2, script: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `torchrun --standalone --nproc_per_node=N -m transformer train CONFIG --out OUT`
+    (or, given a script, `torchrun ... SCRIPT CONFIG --out OUT`)."""
     path = out.with_suffix(".json")
     path.write_text(json.dumps(config))
+    program = ["-m", "transformer", "train"] if script is None else [str(script)]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               "-m", "transformer", "train", str(path), "--out", str(out), "--no-progress"]
+               *program, str(path), "--out", str(out), "--no-progress"]
     return subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
 # %%
@@ -1412,13 +1449,32 @@ print(f"1 process x 16 against 2 processes x 8: largest weight difference {gap:.
 assert gap < 1e-5
 
 # %% [markdown]
-# **Crash and resume:** the same 2-process run, but process 1 kills itself (SIGKILL: no
-# chance to clean up) right after step 5. The last checkpoint is step 4. torchrun sees
-# a worker die, stops the other one and fails. Then we start the very same command
-# again: it finds the checkpoint and resumes.
+# **Crash and resume:** the same 2-process run, but process 1 dies (SIGKILL: no chance
+# to clean up) right after step 5. The last checkpoint is step 4. To make it die there,
+# torchrun runs a short script instead of the package's command: a *test double* that
+# wraps the training step with one that kills the process after step 5, then runs the
+# train command as it is (nothing in the package knows about crashes). torchrun sees a
+# worker die, stops the other one and fails. Then we start the very same training
+# command again: it finds the checkpoint and resumes.
 
 # %%
-crashed = torchrun(tiny(), WORK / "crashed", TRANSFORMER_KILL_AT="1:5")
+DIE_AFTER_STEP_5 = WORK / "die_after_step_5.py"
+DIE_AFTER_STEP_5.write_text("""
+import os, signal, sys
+import transformer.trainer as trainer
+
+real_step = trainer.accumulated_train_step
+
+def step_then_die(state, *args, **kwargs):  # process 1 dies right after its 5th update
+    result = real_step(state, *args, **kwargs)
+    if os.environ["RANK"] == "1" and state.step == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+
+trainer.accumulated_train_step = step_then_die
+sys.exit(trainer.train_command(sys.argv[1:]))
+""")
+crashed = torchrun(tiny(), WORK / "crashed", script=DIE_AFTER_STEP_5)
 print("exit status:", crashed.returncode, "| latest:", (WORK / "crashed" / "checkpoints" / "latest").read_text())
 assert crashed.returncode != 0 and not (WORK / "crashed" / "model").exists()
 resumed = torchrun(tiny(), WORK / "crashed")
@@ -1434,33 +1490,63 @@ assert gap == 0.0
 # the same with dropout on, so that the restored random generators matter, and stop a
 # run with SIGTERM.)
 #
-# **A crash while saving.** We save a checkpoint at step 4, then let a fault hit the
-# save of step 6 at each point where a real crash could: half-way through writing the
-# file, after writing it but before renaming it, after the rename but before the
-# pointer `latest` is updated. Each time the checkpoint that `latest` names loads.
+# **A crash while saving.** We save a checkpoint at step 4, then let the save of step 6
+# die at each point where a real crash could: half-way through writing a file, and after
+# writing it but before renaming it, for the checkpoint file and then for the pointer
+# `latest` (the second stage of the pointer comes after the checkpoint's rename). Test
+# doubles stand in for the two operations that die: `_write_file`, replaced by one that
+# writes half the bytes and raises, and `os.replace`, replaced by one that raises; the
+# package's own code runs unchanged around them. Each time, the checkpoint that `latest`
+# names loads.
 
 # %%
+from unittest import mock
+
+import transformer.resume as resume
+
+
 class Crash(Exception):
     """Stands for the process dying at that point."""
 
 
+def dies_writing_half_of(name: str):
+    """A double of resume._write_file that dies half-way through the temporary file of `name`."""
+    real = resume._write_file
+
+    def write(path: Path, data: bytes) -> None:
+        if path.name != f".{name}.tmp":
+            return real(path, data)
+        real(path, data[: len(data) // 2])
+        raise Crash(f"{name}: half written")
+    return mock.patch.object(resume, "_write_file", write)
+
+
+def dies_renaming(name: str):
+    """A double of os.replace that dies before renaming the temporary file of `name`."""
+    real = os.replace
+
+    def rename(source: Path, target: Path) -> None:
+        if Path(target).name == name:
+            raise Crash(f"{name}: written, not renamed")
+        real(source, target)
+    return mock.patch.object(resume.os, "replace", rename)
+
+
 state = {"step": 4, "weights": torch.arange(6.0).reshape(2, 3), "betas": (0.9, 0.98), "note": "step 4"}
-for stage in ["step-00000006.safetensors: half written", "step-00000006.safetensors: written, not renamed",
-              "latest: half written", "latest: written, not renamed"]:
-    directory = WORK / "faults" / stage.replace(" ", "_").replace(":", "").replace(",", "")
-    save_resume_checkpoint(directory, state)
-
-    def fault(where: str, stage: str = stage) -> None:
-        if where == stage:
-            raise Crash(where)
-
-    try:
-        save_resume_checkpoint(directory, {**state, "step": 6, "note": "step 6"}, fault=fault)
-    except Crash:
-        pass
-    loaded = load_resume_checkpoint(directory)
-    print(f"crash at {stage!r:50s} -> latest is step {loaded['step']} ({loaded['note']})")
-    assert torch.equal(loaded["weights"], state["weights"]) and loaded["betas"] == (0.9, 0.98)
+for name in ["step-00000006.safetensors", "latest"]:
+    for dies in (dies_writing_half_of, dies_renaming):
+        directory = WORK / "faults" / f"{name}-{dies.__name__}"
+        save_resume_checkpoint(directory, state)
+        stage = None
+        try:
+            with dies(name):
+                save_resume_checkpoint(directory, {**state, "step": 6, "note": "step 6"})
+        except Crash as crash:
+            stage = str(crash)
+        assert stage is not None, "the double did not fire"
+        loaded = load_resume_checkpoint(directory)
+        print(f"crash at {stage!r:50s} -> latest is step {loaded['step']} ({loaded['note']})")
+        assert torch.equal(loaded["weights"], state["weights"]) and loaded["betas"] == (0.9, 0.98)
 
 # %% [markdown]
 # ## 6 · Figures: bfloat16 against float32, and what 2 processes buy here

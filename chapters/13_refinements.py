@@ -55,14 +55,16 @@ import torch
 import torch.nn.functional as F
 
 from transformer.feedforward import FeedForward
-from transformer.generation import eval_mode, generate
+from transformer.decoding import eval_mode
+from transformer.generation import generate
 from transformer.kv_cache import KVCache
-from transformer.lm import BigramLanguageModel, LanguageModel, load_language_model, lm_loss, perplexity
+from transformer.lm import BigramLanguageModel, LanguageModel, lm_loss, load_language_model, perplexity
 from transformer.masks import causal_mask
 from transformer.model import count_parameters
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import sinusoidal_encoding
-from transformer.text import CharVocab, encode_stream, random_windows, read_corpus, split_documents
+from transformer.corpus import read_corpus, split_documents
+from transformer.text import CharVocab, encode_stream, random_windows
 from transformer.training import TrainState, fit
 
 _ = torch.manual_seed(0)
@@ -755,7 +757,7 @@ print(f"{len(COMPARISON['runs'])} runs, {sum(r['cpu_seconds'] for r in COMPARISO
 # %%
 # NBVAL_IGNORE_OUTPUT
 # (the last digits depend on the machine's floating point; the check below holds on any)
-from transformer.distributed import lm_epoch_batches, make_adamw
+from transformer.tasks import lm_epoch_batches, make_adamw
 
 SIZES = dict(vocab_size=len(vocab), **{k: config["model"][k] for k in
                                        ("d_model", "num_heads", "num_layers", "d_ff", "dropout", "max_len")})

@@ -195,7 +195,7 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
 # the same way.
 
 # %%
-#| export fast
+#| export fast_attention
 import math
 
 import torch
@@ -288,7 +288,7 @@ class FastGroupedQueryAttention(GroupedQueryAttention, FastMultiHeadAttention):
 
 # %%
 from transformer.attention import scaled_dot_product_attention
-from transformer.fast import FastGroupedQueryAttention, FastMultiHeadAttention, fused_attention
+from transformer.fast_attention import FastGroupedQueryAttention, FastMultiHeadAttention, fused_attention
 
 torch.manual_seed(0)
 B, H, T, D_HEAD = 4, 8, 256, 32
@@ -466,9 +466,14 @@ assert max(gqa_gaps) < 1e-5
 
 # %%
 #| export fast
-from torch import nn
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from transformer.embedding import _check_float
+from transformer.fast_attention import FastGroupedQueryAttention, FastMultiHeadAttention
+from transformer.multihead import MultiHeadAttention
+from transformer.refinements import GroupedQueryAttention
 
 
 def fast_dropout(x: Tensor, p: float, training: bool = True) -> Tensor:

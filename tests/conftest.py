@@ -63,7 +63,7 @@ def small_corpus(tmp_path_factory) -> Path:
     process and scoring the whole validation stream; chapter 12 and make refinements use
     the whole corpus."""
     from tools.extract_corpus import corpus_text
-    from transformer.text import read_corpus
+    from transformer.corpus import read_corpus
 
     path = tmp_path_factory.mktemp("corpus") / "poems.txt"
     path.write_text(corpus_text(read_corpus()[:SMALL_CORPUS]), encoding="utf-8")  # Documents: (author, title, text)

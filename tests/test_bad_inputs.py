@@ -347,7 +347,7 @@ from transformer import (  # noqa: E402
     translation_loss,
 )
 from transformer.__main__ import main  # noqa: E402
-from transformer.generation import cross_attention_weights  # noqa: E402
+from transformer.attention_maps import cross_attention_weights  # noqa: E402
 from transformer.lm import BigramLanguageModel  # noqa: E402
 from transformer.text import random_windows  # noqa: E402
 

@@ -23,12 +23,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from transformer.distributed import (
-    load_config,
-    load_resume_checkpoint,
-    save_resume_checkpoint,
-    train_from_config,
-)
+from transformer.config import load_config
+from transformer.resume import load_resume_checkpoint, save_resume_checkpoint
+from transformer.trainer import train_from_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"  # the real command, from this environment
@@ -43,12 +40,17 @@ def tiny(dropout: float = 0.0, **train) -> dict:
     return {**TINY, "model": {**TINY["model"], "dropout": dropout}, "train": {**TINY["train"], **train}}
 
 
+DIE_AFTER_STEP = Path(__file__).resolve().parent / "die_after_step.py"  # the crash's test double
+
+
 def torchrun(tmp: Path, config: dict, out: Path, processes: int = 2, *, env: dict | None = None,
-             background: bool = False):
-    """`torchrun --standalone --nproc_per_node=N -m transformer train CONFIG --out OUT`."""
+             background: bool = False, die_after: str | None = None):
+    """`torchrun --standalone --nproc_per_node=N -m transformer train CONFIG --out OUT`; with
+    die_after="RANK:STEP", process RANK dies (SIGKILL) right after update STEP."""
     path = tmp / f"{out.name}.json"
     path.write_text(json.dumps(config))
-    command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}", "-m", "transformer", "train",
+    program = ["-m", "transformer", "train"] if die_after is None else [str(DIE_AFTER_STEP), die_after]
+    command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={processes}", *program,
                str(path), "--out", str(out), "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     if background:
@@ -84,7 +86,7 @@ def runs(tmp_path_factory):
 def test_example_prints_each_shipped_config(tmp_path, capsys):
     """`train --example NAME` prints the config shipped in the package, ready to edit and load."""
     from transformer.__main__ import main
-    from transformer.distributed import example_configs
+    from transformer.trainer import example_configs
 
     assert example_configs() == ["base", "big", "book", "lm", "refinements"]
     for name in example_configs():
@@ -225,23 +227,33 @@ def test_refuses_what_needs_pickle(tmp_path):
         save_resume_checkpoint(tmp_path, {"step": 1, "f": lambda: 1})
 
 
+# Test doubles of the two operations a crash can interrupt: writing a file (killed half-way)
+# and renaming it into place (killed before it happens); the package's code runs unchanged.
 KILL_DURING_SAVE = """
 import os, signal, sys, torch
-from transformer.distributed import save_resume_checkpoint
+import transformer.resume as resume
 state = {"step": 4, "w": torch.ones(1000), "note": "old"}
-save_resume_checkpoint(sys.argv[1], state)
-def fault(where):
-    if where == sys.argv[2]:
+resume.save_resume_checkpoint(sys.argv[1], state)
+name, stage = sys.argv[2], sys.argv[3]
+real_write, real_replace = resume._write_file, os.replace
+def write(path, data):
+    if stage == "half written" and path.name == "." + name + ".tmp":
+        real_write(path, data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
-save_resume_checkpoint(sys.argv[1], {"step": 6, "w": torch.zeros(1000), "note": "new"}, fault=fault)
+    real_write(path, data)
+def replace(source, target):
+    if stage == "written, not renamed" and os.path.basename(target) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_replace(source, target)
+resume._write_file, resume.os.replace = write, replace
+resume.save_resume_checkpoint(sys.argv[1], {"step": 6, "w": torch.zeros(1000), "note": "new"})
 """
 
 
-@pytest.mark.parametrize("stage", ["step-00000006.safetensors: half written",
-                                   "step-00000006.safetensors: written, not renamed",
-                                   "latest: half written", "latest: written, not renamed"])
-def test_a_process_killed_while_saving_leaves_the_previous_checkpoint(tmp_path, stage):
-    result = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(tmp_path), stage], timeout=120)
+@pytest.mark.parametrize("name", ["step-00000006.safetensors", "latest"])
+@pytest.mark.parametrize("stage", ["half written", "written, not renamed"])
+def test_a_process_killed_while_saving_leaves_the_previous_checkpoint(tmp_path, name, stage):
+    result = subprocess.run([sys.executable, "-c", KILL_DURING_SAVE, str(tmp_path), name, stage], timeout=120)
     assert result.returncode == -signal.SIGKILL
     loaded = load_resume_checkpoint(tmp_path)
     assert loaded["step"] == 4 and loaded["note"] == "old" and torch.equal(loaded["w"], torch.ones(1000))
@@ -285,7 +297,7 @@ def test_a_killed_worker_resumes_to_the_same_weights(tmp_path):
     config = tiny(dropout=0.1)  # dropout on: the restored random generators matter
     full = torchrun(tmp_path, config, tmp_path / "full")
     assert full.returncode == 0, full.stderr[-3000:]
-    crashed = torchrun(tmp_path, config, tmp_path / "crashed", env={"TRANSFORMER_KILL_AT": "1:5"})
+    crashed = torchrun(tmp_path, config, tmp_path / "crashed", die_after="1:5")
     assert crashed.returncode != 0 and not (tmp_path / "crashed" / "model").exists()
     assert load_resume_checkpoint(tmp_path / "crashed" / "checkpoints")["step"] == 4
     resumed = torchrun(tmp_path, config, tmp_path / "crashed")
@@ -404,7 +416,7 @@ def tiny_lm(small_corpus) -> dict:
 def test_the_small_corpus_reads_back_as_written(tiny_lm):
     from conftest import SMALL_CORPUS
 
-    from transformer.text import read_corpus
+    from transformer.corpus import read_corpus
 
     assert read_corpus(tiny_lm["data"]["corpus"]) == read_corpus()[:SMALL_CORPUS]
 
@@ -449,7 +461,7 @@ def test_language_model_with_chapter_13s_refinements_trains_and_loads_as_configu
 def test_resuming_checks_the_refinement_keys_and_reads_older_configs_as_defaults(tmp_path):
     """A checkpoint's config without the keys that came later (model.positions, ...) resumes as
     if it held their defaults; a changed refinement is refused, by name."""
-    from transformer.distributed import _check_same_config
+    from transformer.trainer import _check_same_config
 
     cfg = load_config(TINY_LM)
     older = {**cfg, "model": {k: v for k, v in cfg["model"].items()
@@ -463,7 +475,7 @@ def test_resuming_checks_the_refinement_keys_and_reads_older_configs_as_defaults
 
 
 def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path, tiny_lm):
-    from transformer.distributed import lm_epoch_batches
+    from transformer.tasks import lm_epoch_batches
 
     stream = torch.arange(1000) + 4  # every id its own position
     batches = lm_epoch_batches(stream, batch_size=4, seq_len=10, seed=3, world_size=2)
@@ -482,7 +494,7 @@ def test_language_model_epochs_cover_the_stream_once_and_resume(tmp_path, tiny_l
     # A run killed after step 3 (last checkpoint: step 2) and resumed ends where an uninterrupted one does.
     full = torchrun(tmp_path, tiny_lm, tmp_path / "full", processes=1)  # as the resumed run: one thread
     assert full.returncode == 0, full.stderr[-3000:]
-    crashed = torchrun(tmp_path, tiny_lm, tmp_path / "crashed", processes=1, env={"TRANSFORMER_KILL_AT": "0:3"})
+    crashed = torchrun(tmp_path, tiny_lm, tmp_path / "crashed", processes=1, die_after="0:3")
     assert crashed.returncode != 0 and load_resume_checkpoint(tmp_path / "crashed" / "checkpoints")["step"] == 2
     resumed = torchrun(tmp_path, tiny_lm, tmp_path / "crashed", processes=1)
     assert resumed.returncode == 0 and "resuming at step 2" in resumed.stdout, resumed.stderr[-3000:]

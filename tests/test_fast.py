@@ -12,12 +12,12 @@ from test_blocks import FF, SRC, D, H, randomise_norms, torch_encoder_layer
 from transformer import FastDropout, LanguageModel, Transformer, speed_up
 from transformer.blocks import Encoder
 from transformer.fast import (
-    FastMultiHeadAttention,
     PackedEncoder,
     SlicedLossLanguageModel,
     fast_dropout,
     linear_cross_entropy,
 )
+from transformer.fast_attention import FastMultiHeadAttention
 from transformer.lm import lm_loss
 from transformer.masks import padding_mask
 from transformer.multihead import MultiHeadAttention

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from transformer.attention import scaled_dot_product_attention
 from transformer.blocks import DecoderBlock, EncoderBlock
-from transformer.fast import FastMultiHeadAttention, fused_attention, speed_up
+from transformer.fast import speed_up
+from transformer.fast_attention import FastMultiHeadAttention, fused_attention
 from transformer.model import Transformer
 from transformer.multihead import MultiHeadAttention
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer import LanguageModel, PretrainedModel, Transformer, generate
-from transformer.generation import beam_search, greedy_decode, sample_decode, sequence_scores
+from transformer.beam_search import beam_search, sequence_scores
+from transformer.decoding import greedy_decode, sample_decode
 
 
 def translator(seed=0, **kwargs):

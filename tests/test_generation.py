@@ -10,16 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transformer import Transformer
-from transformer.generation import (
-    beam_search,
-    cross_attention_weights,
-    eval_mode,
-    filter_logits,
-    greedy_decode,
-    length_penalty,
-    sample_decode,
-    sequence_scores,
-)
+from transformer.attention_maps import cross_attention_weights
+from transformer.beam_search import beam_search, length_penalty, sequence_scores
+from transformer.decoding import eval_mode, filter_logits, greedy_decode, sample_decode
 from transformer.kv_cache import IncrementalDecoder, KVCache
 from transformer.multihead import MultiHeadAttention
 from transformer.training import TRANSLATOR_CHECKPOINT

@@ -10,13 +10,8 @@ from transformer.data import BOS_ID, EOS_ID, PAD_ID
 from transformer.fast import speed_up
 from transformer.generation import generate
 from transformer.kv_cache import KVCache
-from transformer.lm import (
-    BigramLanguageModel,
-    LanguageModel,
-    continue_poems,
-    lm_loss,
-    perplexity,
-)
+from transformer.lm import BigramLanguageModel, LanguageModel, lm_loss, perplexity
+from transformer.poems import continue_poems
 from transformer.text import CharVocab, encode_stream, random_windows
 from transformer.training import IGNORE_INDEX, TrainState, fit
 

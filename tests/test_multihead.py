@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer.fast import FastMultiHeadAttention
+from transformer.fast_attention import FastMultiHeadAttention
 from transformer.kv_cache import KVCache, StaticKVCache
 from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import MultiHeadAttention

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tools import refinement_runs
-from transformer.distributed import load_config
+from transformer.config import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,21 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from transformer.corpus import CORPUS_FILE, Document, line_groups, read_corpus, split_documents
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from transformer.poems import longest_shared_run, verse_form, verse_form_share
 from transformer.text import (
-    CORPUS_FILE,
     CharVocab,
-    Document,
     encode_stream,
-    line_groups,
-    longest_shared_run,
     next_token_labels,
     random_windows,
-    read_corpus,
     sequential_windows,
-    split_documents,
-    verse_form,
-    verse_form_share,
 )
 from transformer.training import IGNORE_INDEX
 

@@ -107,7 +107,7 @@ def test_cached_decoding_compiles_once_and_writes_the_same_tokens(model):
     decoding with chapter 10's KV cache: no graph break, the same tokens as eager, and two
     graphs for 12 steps (the first step allocates the cache; every later one, whatever the
     cache's length, reuses one graph) instead of one per length."""
-    from transformer.generation import greedy_decode
+    from transformer.decoding import greedy_decode
 
     graphs = []
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
+from transformer.accumulation import accumulated_train_step, split_batch
 from transformer.data import (
     BOS_ID,
     EOS_ID,
@@ -22,7 +23,6 @@ from transformer.data import (
     is_held_out,
     split_corpus,
 )
-from transformer.distributed import accumulated_train_step, split_batch
 from transformer.model import Transformer
 from transformer.training import (
     IGNORE_INDEX,

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 import torch
 
 from transformer import Transformer
-from transformer.generation import beam_search, greedy_decode
+from transformer.beam_search import beam_search
+from transformer.decoding import greedy_decode
 
 
 def streamed_parameters(model: Transformer) -> int:

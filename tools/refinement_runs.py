@@ -63,10 +63,12 @@ def run_one(base: dict, name: str, options: dict, seed: int) -> dict:
     """Train one variant with one seed on one thread; its scores, curves and seconds."""
     import torch
 
-    from transformer.distributed import load_config, train_from_config
+    from transformer.config import load_config
+    from transformer.corpus import CORPUS_FILE, read_corpus, split_documents
     from transformer.lm import load_language_model, perplexity
     from transformer.refinements import ModernLanguageModel
-    from transformer.text import CORPUS_FILE, encode_stream, read_corpus, split_documents
+    from transformer.text import encode_stream
+    from transformer.trainer import train_from_config
 
     torch.set_num_threads(1)
     cfg = load_config({"model": {**base["model"], **options}, "data": base["data"],
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
-    from transformer.distributed import _read_config_file, load_config
+    from transformer.config import _read_config_file, load_config
 
     base = _read_config_file(CONFIG)
     if args.steps is not None:

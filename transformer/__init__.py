@@ -22,14 +22,17 @@ from transformer.masks import causal_mask, padding_mask, combine_masks
 # Speed
 from transformer.fast import speed_up, FastDropout
 # Generation
-from transformer.generation import generate, greedy_decode, sample_decode, beam_search, sequence_scores, filter_logits, length_penalty
+from transformer.generation import generate
+from transformer.decoding import greedy_decode, sample_decode, filter_logits
+from transformer.beam_search import beam_search, sequence_scores, length_penalty
 from transformer.kv_cache import KVCache, StaticKVCache, IncrementalDecoder
 from transformer.translator import translate, Translator, load_translator, UnknownWordsError
 # Training
 from transformer.training import label_smoothed_cross_entropy, shift_targets, translation_loss, noam_lr, make_optimizer, TrainState, train_step, fit, evaluate_loss, IGNORE_INDEX
 from transformer.lm import lm_loss, perplexity
 from transformer.fast import linear_cross_entropy
-from transformer.distributed import load_config, train_from_config
+from transformer.config import load_config
+from transformer.trainer import train_from_config
 # Saving and loading
 from transformer.training import save_checkpoint, load_checkpoint, Checkpoint
 from transformer.model import read_pretrained_config

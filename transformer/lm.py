@@ -133,45 +133,6 @@ def perplexity(model: nn.Module, stream: Tensor, seq_len: int, batch_size: int =
     batches = list(zip(inputs.split(batch_size), labels.split(batch_size), strict=True))
     return math.exp(evaluate_loss(model, batches, lm_loss))
 
-# %% chapters/11_language_model.ipynb, cell 27
-from transformer.generation import generate
-from transformer.text import CharVocab
-
-
-def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, max_new_tokens: int = 52,
-                   **sampling) -> list[list[str]]:
-    """Let model continue poems from their first lines; return the complete lines it wrote.
-
-    Each prompt is `<bos>`, the first line and a line break; prompts of one length are
-    generated as one batch. A line counts when a line break or `<eos>` ends it: the last
-    line of an output cut off by max_new_tokens is dropped.
-
-    Args:
-        model: a language model (or baseline) that generate can drive.
-        first_lines: one first line per poem, without its line break.
-        vocab: the character vocabulary.
-        max_new_tokens: the most tokens to write after each prompt (default 52: three
-            7-character couplets and their line breaks).
-        **sampling: passed to chapter 10's generate (do_sample, temperature, top_k, top_p,
-            generator, use_cache, ...).
-
-    Returns:
-        For each poem, in order, the list of its generated complete lines.
-
-    Defined in chapter 11 (`chapters/11_language_model.ipynb`).
-    """
-    prompts = [vocab.encode(line + "\n", add_special=True)[:-1] for line in first_lines]  # no <eos>
-    written: list[list[str]] = [[] for _ in first_lines]
-    for length in sorted({len(p) for p in prompts}):
-        rows = [i for i, p in enumerate(prompts) if len(p) == length]
-        out = generate(model, torch.tensor([prompts[i] for i in rows]), max_new_tokens, **sampling)
-        for i, ids in zip(rows, out[:, length:].tolist(), strict=True):
-            ended = model.eos_id in ids
-            text = vocab.decode(ids)  # stops at <eos>
-            lines = text.split("\n")
-            written[i] = [line for line in (lines if ended else lines[:-1]) if line]
-    return written
-
 # %% chapters/11_language_model.ipynb, cell 33
 from collections.abc import Callable
 from functools import partial
@@ -337,6 +298,7 @@ from typing import NamedTuple
 
 import transformer as _package
 from transformer.model import read_pretrained_config
+from transformer.text import CharVocab
 
 LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm
 VOCAB_FILE = "vocab.json"
@@ -422,4 +384,4 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
         raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {model.vocab_size}")
     return LanguageModelCheckpoint(model, vocab, metrics)
 
-__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "continue_poems", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]
+__all__ = ["BigramLanguageModel", "lm_loss", "perplexity", "LanguageModel", "LM_CHECKPOINT", "VOCAB_FILE", "LanguageModelCheckpoint", "save_language_model", "load_language_model"]

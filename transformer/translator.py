@@ -8,7 +8,8 @@ from pathlib import Path
 from torch import Tensor
 
 from transformer.data import Vocab, _check_float, _check_int, pad_sequences
-from transformer.generation import beam_search, greedy_decode
+from transformer.beam_search import beam_search
+from transformer.decoding import greedy_decode
 from transformer.model import Transformer, _as_directory
 from transformer.training import (
     SRC_VOCAB_FILE,
