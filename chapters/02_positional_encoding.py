@@ -654,60 +654,76 @@ plt.show()
 # When your notebook is graded, each check also tries cases you do not see (other sizes,
 # offsets and data types): write what the text asks for, not what fits the messages.
 #
-# ### Exercise 1 · The rotation matrix
-# Write `rotation_matrix(k, d_model)` returning the `[d_model, d_model]` matrix $R(k)$ of
-# section 2 (float64), block-diagonal with the blocks
-# $\begin{pmatrix}\cos\omega_i k & \sin\omega_i k\\ -\sin\omega_i k & \cos\omega_i k\end{pmatrix}$,
-# so that $R(k)\,PE(pos) = PE(pos+k)$. The check tests that equation for many positions and
-# offsets, including negative ones, and that $R(k)$ is orthogonal.
+# ### Exercise 1 · The rotation when the sines come first
+# The paper interleaves each pair: dimension $2i$ holds $\sin \omega_i pos$ and dimension
+# $2i+1$ holds $\cos \omega_i pos$. The code that the paper's authors released
+# (tensor2tensor), and fairseq after it, store the pairs in two halves instead: all the
+# sines first, then all the cosines, so that pair $i$ sits in dimensions $i$ and
+# $i + d_{\text{model}}/2$. (Their frequencies also differ slightly from the paper's; here we
+# keep the paper's $\omega_i$.) Moving the pairs cannot change the relative-offset property,
+# only where the entries of the rotation go. Write `half_split_rotation(k, d_model)`
+# returning the `[d_model, d_model]` float64 matrix $R'(k)$ with
+# $R'(k)\,PE'(pos) = PE'(pos+k)$, where $PE'(pos)$ is $PE(pos)$ stored in this layout
+# (section 5's `rotation` is the matrix for the paper's layout, not for this one). The check
+# builds $PE'$ from `sinusoidal_encoding`, tests the equation for many positions and
+# offsets, negative ones included, and tests that $R'(k)$ is orthogonal.
 
 # %%
-def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
-    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
+def half_split_rotation(k: int, d_model: int) -> torch.Tensor:
+    """R'(k) [d_model, d_model] float64 with R'(k) @ PE'(pos) = PE'(pos + k), where PE'
+    stores the sines of all pairs first, then their cosines."""
     ### BEGIN SOLUTION
+    half = d_model // 2
     w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    c, s = torch.cos(w * k), torch.sin(w * k)
+    c, s = torch.cos(w * k), torch.sin(w * k)  # [d_model / 2]: one turn per pair
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
-    R[idx, idx], R[idx, idx + 1] = c, s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
+    i = torch.arange(half)  # pair i: its sine in dimension i, its cosine in dimension i + half
+    R[i, i], R[i, i + half] = c, s  # sin w(pos+k) = cos(wk) sin(w pos) + sin(wk) cos(w pos)
+    R[i + half, i], R[i + half, i + half] = -s, c  # cos w(pos+k) = -sin(wk) sin(w pos) + cos(wk) cos(w pos)
     return R
     ### END SOLUTION
 
 
 # %%
-#| check ex1-rotation points=2
+#| check ex1-half-split-rotation points=2
 from transformer.positional import sinusoidal_encoding as _encoding  # the exported function
 
 
-def _check_rotation(d_model, offsets, length=300):
-    table = _encoding(length, d_model).double()  # [length positions, d_model]
+def _check_half_split(d_model, offsets, length=300):
+    half = d_model // 2
+    order = torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])  # the sines, then the cosines
+    table = _encoding(length, d_model).double()[:, order]  # PE'(pos) [length positions, d_model]
     for k in offsets:
-        R = rotation_matrix(k, d_model)
+        R = half_split_rotation(k, d_model)
         assert isinstance(R, torch.Tensor) and R.shape == (d_model, d_model), (
-            f"R({k}) for d_model = {d_model} should be [{d_model}, {d_model}], got "
+            f"R'({k}) for d_model = {d_model} should be [{d_model}, {d_model}], got "
             f"{list(R.shape) if isinstance(R, torch.Tensor) else type(R).__name__}")
-        assert R.dtype == torch.float64, f"R({k}) should be float64 (as asked), got {R.dtype}"
-        src = table[max(0, -k):length - max(0, k)]  # PE(pos) for every pos with pos + k inside the table
-        dst = table[max(0, k):length + min(0, k)]  # PE(pos + k)
+        assert R.dtype == torch.float64, f"R'({k}) should be float64 (as asked), got {R.dtype}"
+        src = table[max(0, -k):length - max(0, k)]  # PE'(pos) for every pos with pos + k inside the table
+        dst = table[max(0, k):length + min(0, k)]  # PE'(pos + k)
         gap = (src @ R.T - dst).abs().max().item()
+        backwards = (src @ R - dst).abs().max().item()  # R'(k)^T = R'(-k): the turn the other way
         assert gap < 1e-5, (
-            f"d_model = {d_model}, k = {k}: R(k) @ PE(pos) differs from PE(pos + k) by up to "
-            f"{gap:.3g} (expected below 1e-5). Check the frequencies w_i = 10000^(-2i/d_model), "
-            "i = 0 .. d_model/2 - 1, and the signs: each pair stores (sin, cos), in that order")
+            f"d_model = {d_model}, k = {k}: R'(k) @ PE'(pos) differs from PE'(pos + k) by up to "
+            f"{gap:.3g} (expected below 1e-5). "
+            + ("Your matrix turns the other way, by -k: check the signs of its sine entries"
+               if backwards < 1e-5 else
+               f"In this layout pair i is dimension i (its sine) and dimension i + {half} (its cosine), "
+               f"so its four entries sit in rows and columns i and i + {half}, not in a 2x2 block on "
+               "the diagonal; the frequencies are w_i = 10000^(-2i/d_model), i = 0 .. d_model/2 - 1"))
         off = (R @ R.T - torch.eye(d_model, dtype=R.dtype)).abs().max().item()
         assert off < 1e-10, (
-            f"d_model = {d_model}, k = {k}: R(k) R(k)^T should be the identity (a rotation keeps "
+            f"d_model = {d_model}, k = {k}: R'(k) R'(k)^T should be the identity (a rotation keeps "
             f"lengths), it is off by {off:.3g}")
 
 
-_check_rotation(64, [1, 3, 17, 100, -5])
+_check_half_split(64, [1, 3, 17, 100])
 ### BEGIN HIDDEN TESTS
-_check_rotation(6, [0, 2, -40, 250])
-_check_rotation(2, [1, -1, 7])  # one pair of dimensions
-_check_rotation(128, [33], length=80)
+_check_half_split(6, [0, 2, -40, 250])  # negative offsets: the other way round
+_check_half_split(2, [1, -1, 7])  # one pair of dimensions
+_check_half_split(128, [33, -5], length=80)
 ### END HIDDEN TESTS
-print("ex1-rotation passed")
+print("ex1-half-split-rotation passed")
 
 # %% [markdown]
 # ### Exercise 2 · A learned positional embedding
@@ -857,45 +873,75 @@ print("ex3-read-positions passed")
 # row that points most nearly the same way as $x$.
 
 # %% [markdown]
-# ### Exercise 4 · The similarity profile in closed form
-# Write `offset_similarity(k, d_model)`, the dot product $PE(pos)\cdot PE(pos+k)$ as a
-# float, **without building any encoding**: use the closed form of section 2. The check
-# compares it with dot products of real encodings at several starting positions.
+# ### Exercise 4 · How far apart? The offset, read back
+# Section 2 says that a shift by $k$ turns pair $i$ of $PE(pos)$ by the angle
+# $\omega_i k$, wherever $pos$ is. Turn that around: write `offset_between(a, b)` that
+# receives rows `a` $= PE(p)$ and `b` $= PE(p + k)$ (each `[n, d_model]`, float32, as
+# `sinusoidal_encoding` gives them) and returns the offsets $k$ (`[n]`, integer), without
+# knowing the positions $p$. The positions can be anywhere up to a million, the offsets are
+# integers with $|k| \le 1000$, negative ones included, and $d_{\text{model}} \ge 8$. Hint: the
+# angle of a pair is `torch.atan2(sin, cos)`, known only up to whole turns, so a fast pair
+# cannot tell $k$ from $k + 2\pi/\omega_i$; look for a pair that turns by less than half a
+# turn for every offset allowed. The check draws positions and offsets at random, in
+# several widths.
 
 # %%
-def offset_similarity(k: int, d_model: int) -> float:
-    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
     ### BEGIN SOLUTION
-    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    return torch.cos(w * k).sum().item()
+    d_model = a.size(-1)
+    w = 10000.0 ** (-(d_model - 2) / d_model)  # the slowest pair's speed: w * 1000 < pi once d_model >= 8
+    a, b = a.double(), b.double()
+    turn = torch.atan2(b[:, -2], b[:, -1]) - torch.atan2(a[:, -2], a[:, -1])  # w k, up to whole turns
+    turn = torch.remainder(turn + math.pi, 2 * math.pi) - math.pi  # into [-pi, pi): the turn itself
+    return torch.round(turn / w).long()
     ### END SOLUTION
 
 
 # %%
-#| check ex4-offset-similarity
+#| check ex4-read-offset points=3
 from transformer.positional import sinusoidal_encoding as _encoding  # the exported function
 
 
-def _check_similarity(d_model, offsets):
-    table = _encoding(500, d_model).double()  # real encodings
-    for k in offsets:
-        got = offset_similarity(k, d_model)
-        assert isinstance(got, float), f"expected a Python float, got {type(got).__name__} (.item() converts)"
-        for p in [200, 213, 349]:
-            true = (table[p] @ table[p + k]).item()
-            assert abs(true - got) < 1e-3, (
-                f"d_model = {d_model}, k = {k}: real encodings give PE({p}) . PE({p + k}) = "
-                f"{true:.4f}, your closed form gives {got:.4f}"
-                + (f" (at k = 0 it is |PE|^2 = d_model/2 = {d_model // 2}: one cos term per pair)"
-                   if k == 0 else ""))
+def _check_offsets(d_model, positions, offsets):
+    a = torch.stack([_encoding(1, d_model, start=p)[0] for p in positions])  # PE(p) [n, d_model]
+    b = torch.stack([_encoding(1, d_model, start=p + k)[0] for p, k in zip(positions, offsets)])  # PE(p + k)
+    n = len(positions)
+    found = offset_between(a, b)
+    assert isinstance(found, torch.Tensor) and found.shape == (n,), (
+        f"d_model = {d_model}: {n} pairs of rows should give {n} offsets, [{n}], got "
+        f"{list(found.shape) if isinstance(found, torch.Tensor) else type(found).__name__}")
+    assert not found.is_floating_point(), (
+        f"offsets are integers, got dtype {found.dtype}: round the estimate to the nearest "
+        "integer (torch.round, then .long())")
+    miss = found.long() - torch.tensor(offsets)  # [n]: how far off each answer is
+    wrong = miss.nonzero().flatten().tolist()
+    if wrong:
+        i = wrong[0]
+        raise AssertionError(
+            f"d_model = {d_model}: {len(wrong)} of {n} offsets wrong; e.g. a = PE({positions[i]}) and "
+            f"b = PE({positions[i] + offsets[i]}) are {offsets[i]} apart, you said {int(found[i])}. "
+            + ("Every miss is by one: round to the nearest integer rather than truncate"
+               if miss.abs().max() == 1 else
+               "A pair's angle is known only up to whole turns: take a pair that turns by less "
+               "than half a turn for |k| <= 1000, and bring the difference of angles into [-pi, pi)"))
 
 
-_check_similarity(256, [0, 1, 2, 10, 77, 50])
+def _random_offsets(n, low, high, seed):
+    g = torch.Generator().manual_seed(seed)
+    positions = torch.randint(low, high, (n,), generator=g).tolist()
+    return positions, torch.randint(-1000, 1001, (n,), generator=g).tolist()
+
+
+_check_offsets(64, *_random_offsets(100, 1000, 3000, seed=4))
 ### BEGIN HIDDEN TESTS
-_check_similarity(16, [0, 3, -9, 45])
-_check_similarity(2, [5, -1])
+_check_offsets(8, *_random_offsets(200, 1000, 1_000_000, seed=41))  # the smallest width allowed
+_check_offsets(512, *_random_offsets(100, 1000, 1_000_000, seed=42))
+_half_turn = round(math.pi / 10000 ** (-62 / 64))  # d_model = 64: the slowest pair is half-way round here
+_check_offsets(64, [_half_turn - 3, _half_turn + 3, 3 * _half_turn - 1, 5], [10, -10, 2, 0])
+_check_offsets(16, [999_000], [-1000])  # a single pair of rows
 ### END HIDDEN TESTS
-print("ex4-offset-similarity passed")
+print("ex4-read-offset passed")
 
 # %% [markdown]
 # ## 9 · Summary

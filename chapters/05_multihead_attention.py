@@ -829,51 +829,71 @@ assert offsets == [-1, 1]  # one head looks left, the other right
 # When your notebook is graded, each check also tries cases you do not see (other head
 # counts, sizes and batches): write what the text asks for, not what fits the messages.
 #
-# ### Exercise 1 · Split heads by hand
-# Write `split_heads_manual(x, num_heads)` that turns `x` of shape `[B, T, d_model]` into
-# `[B, num_heads, T, d_model // num_heads]` with `view` and `transpose`, like
-# `MultiHeadAttention.split_heads` but without the module. The check tries 3 and 4 heads
-# on a random tensor `[2, 5, 12]`: the shape, that head `i` holds features
-# `i·d_k … (i+1)·d_k − 1` of every position, and equality with the module's result.
+# ### Exercise 1 · Heads from one packed projection
+# PyTorch's `nn.MultiheadAttention` keeps $W^Q$, $W^K$ and $W^V$ stacked in one
+# `in_proj_weight` of shape `[3·d_model, d_model]` (section 5's `to_torch` fills it), and
+# nanoGPT's `c_attn` does the same: one multiply gives `qkv` `[B, T, 3·d_model]`, the
+# queries in its first `d_model` features, then the keys, then the values. Write
+# `split_qkv(qkv, num_heads)` that returns `q, k, v`, each `[B, num_heads, T, d_k]` and cut
+# into heads as `split_heads` cuts them (head `i` holds features `i·d_k … (i+1)·d_k − 1` of
+# its part). Like `split_heads` it must copy nothing: each of the three is a view of `qkv`,
+# and the check compares their memory with `qkv`'s. The check builds `qkv` with
+# `nn.MultiheadAttention`'s own weights, for several head counts, batch sizes and lengths.
 
 # %%
-def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, d_model] -> [B, num_heads, T, d_model // num_heads]."""
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [B, T, 3 * d_model] -> q, k, v, each [B, num_heads, T, d_model // num_heads] (views)."""
     ### BEGIN SOLUTION
-    b, t, d = x.shape
-    return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)
+    b, t, three_d = qkv.shape
+    d_head = three_d // (3 * num_heads)
+    parts = qkv.view(b, t, 3, num_heads, d_head).permute(2, 0, 3, 1, 4)  # [3, B, h, T, d_k], no copy
+    return parts[0], parts[1], parts[2]
     ### END SOLUTION
 
 
 # %%
-#| check ex1-split
+#| check ex1-split-qkv points=2
 from transformer.multihead import MultiHeadAttention as _MHA  # the exported class
 
 
-def _check_split(shape, heads, seed):
-    b, t, d = shape
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+def _check_qkv(batch, t, d, heads, seed):
+    torch.manual_seed(seed)
+    theirs = nn.MultiheadAttention(d, heads, batch_first=True)
+    nn.init.normal_(theirs.in_proj_bias)  # PyTorch starts the bias at 0; a nonzero one shows more
+    x = torch.randn(batch, t, d)
+    with torch.no_grad():
+        qkv = F.linear(x, theirs.in_proj_weight, theirs.in_proj_bias)  # [B, T, 3 d_model]: one multiply
+    got = split_qkv(qkv, heads)
+    assert isinstance(got, (tuple, list)) and len(got) == 3, (
+        f"expected three tensors q, k, v, got {type(got).__name__}"
+        + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""))
     dk = d // heads
-    s = split_heads_manual(x, heads)
-    assert isinstance(s, torch.Tensor), f"expected a tensor, got {type(s).__name__}"
-    assert s.shape == (b, heads, t, dk), (
-        f"x {list(shape)}, {heads} heads: expected [B, num_heads, T, d_k] = [{b}, {heads}, {t}, {dk}], "
-        f"got {list(s.shape)}")
-    for i in range(heads):
-        assert torch.equal(s[:, i], x[..., i * dk:(i + 1) * dk]), (
-            f"x {list(shape)}, {heads} heads: head {i} should hold features {i * dk}..{(i + 1) * dk - 1} "
-            f"of every position, x[..., {i * dk}:{(i + 1) * dk}], and it does not. Did you reshape "
-            "straight to [B, heads, T, d_k] (no transpose), or cut the features with a stride?")
-    assert torch.equal(s, _MHA(d, heads).split_heads(x)), (
-        f"{heads} heads: your result differs from MultiHeadAttention.split_heads")
+    split = _MHA(d, heads).split_heads  # [B, T, d_model] -> [B, h, T, d_k]
+    for j, (name, part) in enumerate(zip("qkv", got)):
+        assert isinstance(part, torch.Tensor) and part.shape == (batch, heads, t, dk), (
+            f"qkv {[batch, t, 3 * d]}, {heads} heads: {name} should be [B, num_heads, T, d_k] = "
+            f"{[batch, heads, t, dk]}, got {list(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__}")
+        want = split(qkv[..., j * d:(j + 1) * d])
+        if not torch.equal(part, want):
+            h, f = next((h, f) for h in range(heads) for f in range(dk)
+                        if not torch.equal(part[:, h, :, f], want[:, h, :, f]))
+            raise AssertionError(
+                f"qkv {[batch, t, 3 * d]}, {heads} heads of d_k = {dk}: {name}[:, {h}, :, {f}] should be "
+                f"feature {j * d + h * dk + f} of qkv ({name} is features {j * d}..{(j + 1) * d - 1}, "
+                f"head {h} of it features {j * d + h * dk}..{j * d + (h + 1) * dk - 1}), and it is not. "
+                "The three parts lie one after the other along the features, each cut into heads")
+        assert part.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr(), (
+            f"{name} holds the right values in memory of its own: it is a copy. Return views of qkv, "
+            "as split_heads does (view, permute, transpose, chunk and indexing copy nothing; "
+            ".contiguous(), .clone() and torch.stack copy)")
 
 
 for _h in (3, 4):
-    _check_split((2, 5, 12), _h, seed=1)
+    _check_qkv(2, 5, 12, _h, seed=1)
 ### BEGIN HIDDEN TESTS
-_check_split((1, 1, 8), 2, seed=11)  # one sentence of one token
-_check_split((3, 4, 12), 6, seed=12)
-_check_split((2, 3, 5), 1, seed=13)  # one head: the features unchanged
+_check_qkv(1, 1, 8, 2, seed=11)  # one sentence of one token
+_check_qkv(3, 4, 12, 6, seed=12)
+_check_qkv(2, 3, 5, 1, seed=13)  # one head: each part whole
 ### END HIDDEN TESTS
 print("ex1 passed")
 
@@ -1003,80 +1023,124 @@ _check_ablate(3, 1, 30, 5, which=(4, 2), seed=32)  # one position
 print("ex3 passed")
 
 # %% [markdown]
-# ### Exercise 4 · Find the bug: merging the heads
-# The function below merges heads `[B, h, T, d_k]` back into `[B, T, h·d_k]` with a single
-# `reshape`. It raises no error and returns the right shape, yet a model built on it
-# trains badly. Write `merge_heads_manual(x)` that merges correctly: the inverse of
-# `split_heads`, so that position $t$ of the result holds the features of position $t$
-# from every head, head 0 first. The input may be any tensor of that shape, also one that
-# is not contiguous in memory. The check compares with `MultiHeadAttention.merge_heads`
-# and undoes `split_heads` on random inputs.
+# ### Exercise 4 · Find the bug: every head at once
+# The function below is what `MultiHeadAttention` computes between its projections and
+# `out_proj`, written out in one place (no mask, no dropout): it cuts the projected queries,
+# keys and values into heads, lets every head attend, and glues the heads back together.
+# It raises no error, returns the right shape, and every row of its weights sums to one;
+# yet it does not compute the multi-head attention of section 2. Find the bug, and write
+# `all_heads_attention(q, k, v, num_heads)` without it. Fix the function rather than
+# replace it: while the check runs yours, chapter 03's attention (and with it the module's
+# `attend`) and PyTorch's `scaled_dot_product_attention` raise. The check compares with
+# chapter 03's attention on every head, in self- and cross-attention, for several head
+# counts.
 
 # %%
-def merge_heads_with_a_bug(x: torch.Tensor) -> torch.Tensor:
-    """[B, h, T, d_k] -> [B, T, h * d_k], by one reshape."""
-    b, h, t, dk = x.shape
-    return x.reshape(b, t, h * dk)
+def all_heads_attention_with_a_bug(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                   num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    b, tq, d = q.shape
+    q, k, v = (x.view(b, x.size(1), num_heads, -1).transpose(1, 2) for x in (q, k, v))  # [B, h, T, d_k]
+    scores = q @ k.transpose(-2, -1) / d ** 0.5  # [B, h, Tq, Tk]
+    weights = scores.softmax(dim=-1)  # each row sums to 1
+    return (weights @ v).transpose(1, 2).reshape(b, tq, d)  # [B, Tq, h, d_k] -> [B, Tq, d_model]
 
 
 # %%
-def merge_heads_manual(x: torch.Tensor) -> torch.Tensor:
-    """[B, h, T, d_k] -> [B, T, h * d_k]: the inverse of split_heads."""
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
     ### BEGIN SOLUTION
-    b, h, t, dk = x.shape
-    return x.transpose(1, 2).reshape(b, t, h * dk)
+    b, tq, d = q.shape
+    q, k, v = (x.view(b, x.size(1), num_heads, -1).transpose(1, 2) for x in (q, k, v))  # [B, h, T, d_k]
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # each head's width d_k, not d_model
+    weights = scores.softmax(dim=-1)
+    return (weights @ v).transpose(1, 2).reshape(b, tq, d)
     ### END SOLUTION
 
 
 # %%
-#| check ex4-merge points=2
+#| check ex4-scale points=2
+import transformer.attention as _chapter03
+import transformer.multihead as _chapter05
+from transformer.attention import scaled_dot_product_attention as _attention  # the exported function
 from transformer.multihead import MultiHeadAttention as _MHA  # the exported class
 
 
-def _check_merge(b, heads, t, dk, seed, contiguous=False):
+class _AttentionOff(torch.overrides.TorchFunctionMode):
+    """While your function runs, chapter 03's attention and PyTorch's raise (fix the function)."""
+
+    def __enter__(self):
+        def _off(*args, **kwargs):
+            raise AssertionError("exercise 4 asks you to fix the function with the bug, not to replace "
+                                 "it: yours called chapter 03's attention (scaled_dot_product_attention, "
+                                 "or a MultiHeadAttention)")
+        self._saved = _chapter03.scaled_dot_product_weights, _chapter05.scaled_dot_product_weights
+        _chapter03.scaled_dot_product_weights = _chapter05.scaled_dot_product_weights = _off
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _chapter03.scaled_dot_product_weights, _chapter05.scaled_dot_product_weights = self._saved
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "scaled_dot_product_attention":
+            raise AssertionError("exercise 4 asks you to fix the function with the bug, not to replace "
+                                 "it: yours called PyTorch's scaled_dot_product_attention")
+        return func(*args, **(kwargs or {}))
+
+
+def _check_heads(batch, tq, tk, d, heads, seed):
     g = torch.Generator().manual_seed(seed)
-    m = _MHA(heads * dk, heads)
-    x = torch.randn(b, t, heads * dk, generator=g)
-    split = m.split_heads(x)  # [B, h, T, d_k], a view of x
-    if contiguous:  # laid out as [B, h, T, d_k] in memory, as attention's output is
-        split = split.contiguous()
+    q = 2 * torch.randn(batch, tq, d, generator=g)  # scores of a few units: a wrong scale shows
+    k = 2 * torch.randn(batch, tk, d, generator=g)
+    v = torch.randn(batch, tk, d, generator=g)
+    m = _MHA(d, heads)
+    q_h, k_h, v_h = m.split_heads(q), m.split_heads(k), m.split_heads(v)  # [B, h, T, d_k]
+    want = m.merge_heads(_attention(q_h, k_h, v_h)[0])  # [B, Tq, d_model]
     try:
-        got = merge_heads_manual(split)
-    except NotImplementedError:
+        with _AttentionOff():
+            got = all_heads_attention(q, k, v, heads)
+    except (NotImplementedError, AssertionError):
         raise
     except RuntimeError as err:
-        raise AssertionError(f"merge_heads_manual raised {err}: after a transpose the tensor is "
-                             "not contiguous, so use reshape (or .contiguous() before view)") from None
-    assert isinstance(got, torch.Tensor) and got.shape == (b, t, heads * dk), (
-        f"[{b}, {heads}, {t}, {dk}] should merge into [{b}, {t}, {heads * dk}], got "
+        raise AssertionError(f"q {[batch, tq, d]}, k and v {[batch, tk, d]}, {heads} heads: your function "
+                             f"raised an error: {err}") from None
+    what = (f"{'self' if tq == tk else 'cross'}-attention, q {[batch, tq, d]}, k and v {[batch, tk, d]}, "
+            f"{heads} heads of d_k = {d // heads}")
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
+        f"{what}: expected [B, Tq, d_model] = {list(want.shape)}, got "
         f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-    assert torch.equal(got, x), (
-        f"{heads} heads of {dk} features, {t} positions: merging split_heads(x) should give x "
-        "back exactly; yours mixes the features of different positions (a reshape of "
-        "[B, h, T, d_k] reads the values in memory order: all of head 0 first)")
-    assert torch.equal(got, m.merge_heads(split)), "differs from MultiHeadAttention.merge_heads"
+    gap = (got - want).abs().max().item()
+    if gap > 1e-5:
+        flat = m.merge_heads(_attention(q_h, k_h, v_h, scale=d ** -0.5)[0])  # every head scaled by d_model
+        same = (got - flat).abs().max() < 1e-5
+        raise AssertionError(f"{what}: expected section 2's multi-head attention (chapter 03's attention on "
+                             f"every head, the heads glued back in order), yours differs by up to {gap:.3g}"
+                             + (": exactly as the function with the bug does" if same else ""))
 
 
-_check_merge(2, 4, 5, 3, seed=4)
+_check_heads(2, 5, 5, 24, 4, seed=4)  # d_k = 6
 ### BEGIN HIDDEN TESTS
-_check_merge(1, 2, 7, 4, seed=41, contiguous=True)
-_check_merge(3, 1, 6, 5, seed=42)  # one head
-_check_merge(2, 3, 1, 2, seed=43)  # one position
+_check_heads(1, 3, 7, 8, 2, seed=41)  # cross-attention: more keys than queries
+_check_heads(2, 6, 2, 32, 8, seed=42)  # cross-attention, eight heads
+_check_heads(3, 4, 4, 6, 1, seed=43)  # one head
 ### END HIDDEN TESTS
 print("ex4 passed")
 
 # %% [markdown]
-# Why does the function with the bug raise no error, and for which numbers of heads or
-# positions does it even give the right answer? Answer in two or three sentences.
+# For which number of heads does the function with the bug compute the right thing, and
+# what does the bug do to each head's attention weights as the number of heads grows?
+# Answer in two or three sentences.
 
 # %% [markdown]
-# <!-- #| answer ex4-why points=1 -->
-# `reshape` only needs the number of elements to match; it reads the values in memory
-# order, and the memory of `[B, h, T, d_k]` holds all positions of head 0 first, so the
-# first row of the result is filled from head 0's positions (the first $h$ of them, running
-# on into head 1 when $h > T$) instead of from position 0 of every head: the right shape with the wrong contents. The two orders coincide, and the
-# bug is invisible, when there is one head ($h = 1$) or one position ($T = 1$), which is
-# exactly what a quick test with a single token or a single head would try.
+# <!-- #| answer ex4-scale-why points=1 -->
+# It divides every head's scores by $\sqrt{d_\text{model}} = \sqrt{h\, d_k}$ instead of by
+# $\sqrt{d_k}$, the width of the vectors each head compares, so it is right only for one
+# head ($h = 1$, where $d_k = d_\text{model}$). With $h$ heads every score is $\sqrt h$
+# times too small: each head's softmax runs at temperature $\sqrt h$, so its weights are
+# flatter, closer to a plain average, the more heads there are, and a head that should pick
+# out one key (as the neighbour task's heads must) can do so only if its query and key
+# projections grow to make up the factor $\sqrt h$.
 
 # %% [markdown]
 # ## 9 · Summary

@@ -1027,170 +1027,203 @@ assert max(pre_ln_scaled) < 1.5 * min(pre_ln_scaled)  # Pre-LN: roughly like 1/s
 # When your notebook is graded, each check also tries cases you do not see (other sizes,
 # values of `eps`, data types): write what the text asks for, not what fits the messages.
 #
-# ### Exercise 1 · LayerNorm by hand
-# Write `layer_norm(x, weight, bias, eps)` that normalises the last dimension of `x`
-# (any shape `[..., d]`) as in the formula of section 2, with the learned scale
-# `weight` (γ, shape `[d]`), shift `bias` (β, shape `[d]`) and the given `eps`. Do not
-# call `F.layer_norm` or `nn.LayerNorm` (they raise while the check runs your function).
-# The check compares your function with `F.layer_norm` on random inputs of several shapes
-# and random γ, β, one of them an input whose features barely vary, where the placement
-# of ε matters.
+# ### Exercise 1 · LayerNorm in groups
+# GroupNorm (Wu and He, 2018, "Group Normalization") generalises LayerNorm: it cuts each
+# token's $d$ features into `groups` groups of $d / \text{groups}$ **consecutive** features
+# and normalises each group on its own, with the formula of section 2 (mean and variance
+# over that group's features only); then the scale `weight` (γ, shape `[d]`) and the shift
+# `bias` (β, shape `[d]`) act feature by feature, as in LayerNorm. With `groups = 1` it is
+# LayerNorm. Some models normalise the output of each attention head this way, one group
+# per head (RetNet, Sun et al., 2023). Write `group_norm(x, groups, weight, bias, eps)` for
+# `x` of any shape `[..., d]`, with `d` divisible by `groups`. `F.group_norm`,
+# `F.layer_norm` and the `nn` modules that call them raise while the check runs your
+# function. The check compares with `F.group_norm` (each token a sample of `d` channels)
+# for several shapes, numbers of groups and values of `eps`, with random γ and β, on one
+# input whose features barely vary (where the place of ε matters).
 
 # %%
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
     ### BEGIN SOLUTION
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + eps) * weight + bias
+    d = x.size(-1)
+    g = x.unflatten(-1, (groups, d // groups))  # [..., groups, d // groups]
+    mu = g.mean(-1, keepdim=True)
+    var = ((g - mu) ** 2).mean(-1, keepdim=True)  # 1/n, as in LayerNorm
+    return ((g - mu) / torch.sqrt(var + eps)).flatten(-2) * weight + bias  # [..., d]
     ### END SOLUTION
 
 
 # %%
-#| check ex1-layer-norm points=2
-class _NoLayerNorm(torch.overrides.TorchFunctionMode):
-    """While your function runs, F.layer_norm (which nn.LayerNorm calls) raises."""
+#| check ex1-group-norm points=2
+class _NoNorm(torch.overrides.TorchFunctionMode):
+    """While your function runs, F.group_norm and F.layer_norm (which nn's norms call) raise."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if "layer_norm" in getattr(func, "__name__", "") or getattr(func, "__name__", "") == "group_norm":
-            raise AssertionError(f"exercise 1 asks for LayerNorm by hand; your function called "
-                                 f"{func.__name__}")
+        name = getattr(func, "__name__", "")
+        if "layer_norm" in name or "group_norm" in name:
+            raise AssertionError(f"exercise 1 asks for GroupNorm by hand; your function called {name}")
         return func(*args, **(kwargs or {}))
 
 
-def _layer_norm_hint(x, g, b, eps, got):
-    """Which known mistake a wrong layer_norm output matches, in words."""
-    mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+def _group_norm_hint(x, groups, g, b, eps, got):
+    """Which known mistake a wrong group_norm output matches, in words."""
+    d = x.size(-1)
+
+    def norm(v, unbiased=False, place="inside"):  # over the last axis of v
+        centred = v - v.mean(-1, keepdim=True)
+        var = v.var(-1, unbiased=unbiased, keepdim=True)
+        return centred / {"inside": torch.sqrt(var + eps), "outside": var.sqrt() + eps,
+                          "none": var.sqrt()}[place]
+
+    def grouped(f):  # f on each group of consecutive features
+        return f(x.unflatten(-1, (groups, d // groups))).flatten(-2)
+
+    strided = norm(x.unflatten(-1, (d // groups, groups)).transpose(-1, -2)).transpose(-1, -2)
     mistakes = [
-        ((x - mu) / torch.sqrt(x.var(-1, keepdim=True) + eps) * g + b,
-         "you divide by d - 1 (the unbiased variance, the default of .var() and .std()); "
-         "LayerNorm divides by d: pass unbiased=False"),
-        ((x - mu) / (var.sqrt() + eps) * g + b,
+        (norm(x) * g + b, "you normalised all d features together, which is LayerNorm "
+         "(groups = 1): cut each vector into `groups` groups first"),
+        (strided.flatten(-2) * g + b, "your groups take every groups-th feature "
+         "(a view as [..., d // groups, groups]); a group is d // groups consecutive features, "
+         "the first one x[..., :d // groups]"),
+        (grouped(lambda v: norm(v, unbiased=True)) * g + b,
+         "you divide by n - 1 (the unbiased variance, the default of .var() and .std()); "
+         "LayerNorm and GroupNorm divide by n: pass unbiased=False"),
+        (grouped(lambda v: norm(v, place="outside")) * g + b,
          "eps goes inside the square root: (x - mean) / sqrt(var + eps)"),
-        ((x - mu) / var.sqrt() * g + b, "eps is missing: divide by sqrt(var + eps)"),
-        ((x - mu) / torch.sqrt(var + eps) * b + g, "weight and bias are swapped"),
-        (((x - mu) / torch.sqrt(var + eps) + b) * g,
+        (grouped(lambda v: norm(v, place="none")) * g + b, "eps is missing: divide by sqrt(var + eps)"),
+        (grouped(norm) * b + g, "weight and bias are swapped"),
+        ((grouped(norm) + b) * g,
          "scale first, then shift: normalised * weight + bias, not (normalised + bias) * weight"),
     ]
     for candidate, hint in mistakes:
         if torch.allclose(got, candidate, atol=1e-4):
             return hint
-    return ("normalise each vector along the last dimension only (mean and variance over "
-            f"dim=-1), add eps = {eps:g} to the variance, then multiply by weight and add bias")
+    return (f"cut the last axis into {groups} groups of {d // groups} consecutive features, "
+            f"normalise each group over its own features, add eps = {eps:g} to the variance, "
+            "then multiply by weight and add bias (both [d])")
 
 
-def _check_layer_norm(shape, spread, offset, eps=None, dtype=torch.float32):
-    x = (torch.randn(shape, dtype=dtype) * spread + offset)
-    g, b = torch.randn(shape[-1], dtype=dtype), torch.randn(shape[-1], dtype=dtype)
-    with _NoLayerNorm():
-        got = layer_norm(x, g, b) if eps is None else layer_norm(x, g, b, eps)
+def _check_group_norm(shape, groups, spread, offset, eps=None, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    x = torch.randn(shape, generator=gen, dtype=dtype) * spread + offset
+    g = torch.randn(d, generator=gen, dtype=dtype)
+    b = torch.randn(d, generator=gen, dtype=dtype)
+    with _NoNorm():
+        got = group_norm(x, groups, g, b) if eps is None else group_norm(x, groups, g, b, eps)
     eps = 1e-5 if eps is None else eps
     assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
-        f"for an input of shape {list(shape)} expected an output of the same shape, got "
-        f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-    err = (got - F.layer_norm(x, (shape[-1],), g, b, eps=eps)).abs().max().item()
+        f"for an input of shape {list(shape)} in {groups} groups expected an output of the same "
+        f"shape, got {list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    want = F.group_norm(x.reshape(-1, d), groups, g, b, eps).reshape(shape)
+    err = (got - want).abs().max().item()
     assert err <= 1e-5, (
-        f"input of shape {list(shape)} with feature std {spread:g}, eps = {eps:g}: your output "
-        f"differs from F.layer_norm by up to {err:.2e} (tolerance 1e-5). "
-        f"Hint: {_layer_norm_hint(x, g, b, eps, got)}")
+        f"input of shape {list(shape)} in {groups} groups, feature std {spread:g}, eps = {eps:g}: "
+        f"your output differs from F.group_norm by up to {err:.2e} (tolerance 1e-5). "
+        f"Hint: {_group_norm_hint(x, groups, g, b, eps, got)}")
 
 
-torch.manual_seed(11)
-# (shape, spread, offset); in the last input the features vary little, so eps matters
-for _shape, _spread, _offset in [((3, 8), 3.0, 1.0), ((2, 5, 16), 3.0, 1.0),
-                                 ((4, 1, 3, 6), 3.0, 1.0), ((2, 7), 1e-3, 0.0)]:
-    _check_layer_norm(_shape, _spread, _offset)
+# (shape, groups, spread, offset); in the last input the features vary little, so eps matters
+for _seed, (_shape, _groups, _spread, _offset) in enumerate([
+        ((2, 5, 12), 3, 3.0, 1.0), ((1, 4, 16), 4, 3.0, 1.0), ((3, 2, 8), 1, 3.0, 1.0),
+        ((2, 3, 12), 2, 1e-3, 0.0)]):
+    _check_group_norm(_shape, _groups, _spread, _offset, seed=11 + _seed)
 ### BEGIN HIDDEN TESTS
-_check_layer_norm((3, 5), 0.3, 2.0, eps=0.1)  # a large eps: ignoring it shows
-_check_layer_norm((2, 2, 9), 1e-2, -1.0, eps=1e-3)
-_check_layer_norm((12,), 5.0, 0.0, dtype=torch.float64)  # one vector, float64
+_check_group_norm((6, 8), 2, 0.3, 2.0, eps=0.1, seed=21)  # a large eps: ignoring it shows
+_check_group_norm((12,), 6, 5.0, 0.0, dtype=torch.float64, seed=22)  # one vector, float64
+_check_group_norm((2, 2, 3, 20), 5, 1e-2, -1.0, eps=1e-3, seed=23)
+_check_group_norm((2, 5, 32), 8, 3.0, 1.0, seed=24)  # 8 heads of 4 features
 ### END HIDDEN TESTS
 print("ex1 passed")
 
 # %% [markdown]
-# ### Exercise 2 · The other norm order
-# `block` is an `EncoderBlock`. Write `pre_ln_forward(block, x, mask)` that computes
-# what the block's weights give in the **Pre-LN** order,
-# $x \leftarrow x + F(\operatorname{LN}(x))$ for the self-attention and then the FFN,
-# **whatever `block.norm_first` says**. Use the block's parts (`block.self_attn`,
-# `block.ffn`, `block.norm1`, `block.norm2`; dropout is off in eval mode, so you
-# may leave it out) and do not call `block(...)` itself, nor change the block: while the
-# check runs your function, calling the block or setting `block.norm_first` raises, and
-# the check sees each of the block's four parts called. It hands your function Post-LN
-# blocks and compares with the same weights run with `norm_first=True`.
+# ### Exercise 2 · A third place for the norm: DeepNorm
+# Section 6 traced Post-LN's trouble to its LayerNorms, which damp the identity path at
+# every layer. DeepNet (Wang et al., 2022, "DeepNet: Scaling Transformers to 1,000
+# Layers") keeps the paper's Post-LN order and gives the identity path more weight
+# instead: each sublayer computes
+# $$ x \;\leftarrow\; \operatorname{LN}\big(\alpha\, x + F(x)\big) $$
+# with a constant $\alpha \ge 1$, while the sublayer $F$ reads the plain $x$. (For a stack of
+# $N$ encoder blocks they take $\alpha = (2N)^{1/4}$, about 1.86 for $N = 6$; they also
+# shrink some weights at initialisation, which we leave out.) With $\alpha = 1$ it is
+# Post-LN. `block` is an `EncoderBlock`: write `deepnorm_forward(block, x, mask, alpha)`
+# that runs the block's self-attention and then its FFN in this way, with the block's
+# parts (`block.self_attn`, `block.norm1`, `block.ffn`, `block.norm2`; dropout is off in
+# eval mode, so you may leave it out), whatever `block.norm_first` says. The check hands
+# your function blocks with random γ and β, with and without masks, for several values of
+# α, and compares with the formula.
 
 # %%
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
     ### BEGIN SOLUTION
-    h = block.norm1(x)
-    x = x + block.self_attn(h, h, h, mask)[0]
-    return x + block.ffn(block.norm2(x))
+    x = block.norm1(alpha * x + block.self_attn(x, x, x, mask)[0])
+    return block.norm2(alpha * x + block.ffn(x))
     ### END SOLUTION
 
 
 # %%
-#| check ex2-pre-ln points=2
+#| check ex2-deepnorm points=2
 from transformer.blocks import EncoderBlock as _Block  # the exported class
+from transformer.masks import causal_mask as _causal, padding_mask as _padding
 
 
-class _Watched(_Block):
-    """An EncoderBlock that refuses to be called or to have its norm order changed."""
-
-    def forward(self, *args, **kwargs):
-        raise AssertionError("exercise 2 asks you not to call block(...): compute the Pre-LN "
-                             "order from block.norm1, block.self_attn, block.norm2 and block.ffn")
-
-    def __setattr__(self, name, value):
-        if name == "norm_first" and "norm_first" in self.__dict__:
-            raise AssertionError("exercise 2 asks you not to change the block: leave "
-                                 "block.norm_first as it is and use the block's parts")
-        super().__setattr__(name, value)
+def _deepnorm(block, x, mask, alpha, scale_output=False, scale_input=False, sublayers=2):
+    """LN(alpha x + F(x)) for each sublayer; the switches give the known mistakes."""
+    parts = [(block.norm1, lambda h: block.self_attn(h, h, h, mask)[0]), (block.norm2, block.ffn)]
+    for k, (norm, sublayer) in enumerate(parts):
+        a = alpha if k < sublayers else 1.0
+        f = sublayer(a * x if scale_input else x)
+        x = norm(x + a * f) if scale_output else norm(a * x + f)
+    return x
 
 
-def _check_pre_ln(d, heads, d_ff, x, mask):
-    post = _Watched(d, heads, d_ff, norm_first=False).eval()
-    pre = _Block(d, heads, d_ff, norm_first=True).eval()
+def _check_deepnorm(d, heads, d_ff, shape, mask, alpha, seed):
+    torch.manual_seed(seed)
+    block = _Block(d, heads, d_ff, norm_first=False).eval()
     with torch.no_grad():
-        for norm in (post.norm1, post.norm2):  # non-trivial gamma and beta: a swapped norm shows
+        for norm in (block.norm1, block.norm2):  # non-trivial gamma and beta: a swapped norm shows
             norm.weight.normal_(1.0, 0.3)
             norm.bias.normal_(0.0, 0.3)
-        pre.load_state_dict(post.state_dict())
-    calls = {name: 0 for name in ("norm1", "self_attn", "norm2", "ffn")}
-    for name in calls:
-        getattr(post, name).register_forward_hook(
-            lambda module, args, out, name=name: calls.__setitem__(name, calls[name] + 1))
-    with torch.no_grad():
-        got = pre_ln_forward(post, x, mask)
+        x = torch.randn(shape)
+        x_before = x.clone()
+        got = deepnorm_forward(block, x, mask, alpha)
         assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
             f"expected a tensor of the input's shape {list(x.shape)}, got "
             f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-        unused = [name for name, n in calls.items() if n == 0]
-        assert not unused, (
-            f"your function never ran block.{', block.'.join(unused)}: compute the Pre-LN order "
-            "with the block's own parts (a new block, even with the same weights, is not it)")
-        err = (got - pre(x, mask)).abs().max().item()
-        if torch.allclose(got, _Block.forward(post, x, mask), atol=1e-5):
-            hint = ("that is the Post-LN output, norm(x + F(x)); Pre-LN normalises the "
-                    "sublayer's input instead: x + F(norm(x))")
-        elif mask is not None and torch.allclose(got, pre(x, None), atol=1e-5):
-            hint = "that is the output without the mask: pass mask to block.self_attn"
-        else:
-            hint = ("expected x = x + self_attn(h, h, h, mask) with h = norm1(x), then "
-                    "x + ffn(norm2(x)); the residual adds the un-normalised x")
+        assert torch.equal(x, x_before), "your function changed its input x in place: compute a new tensor"
+        err = (got - _deepnorm(block, x, mask, alpha)).abs().max().item()
+        mistakes = [
+            (_deepnorm(block, x, mask, 1.0), "that is the paper's Post-LN, norm(x + F(x)): "
+             "alpha should multiply the stream x before the sum"),
+            (_deepnorm(block, x, mask, alpha, scale_output=True), "alpha multiplies the "
+             "sublayer's output; DeepNorm gives the identity path the weight: norm(alpha * x + F(x))"),
+            (_deepnorm(block, x, mask, alpha, scale_input=True), "the sublayer reads alpha * x; "
+             "it reads the plain x, and only the residual term is scaled"),
+            (_deepnorm(block, x, mask, alpha, sublayers=1), "alpha weights the self-attention "
+             "sublayer only; the FFN sublayer needs it too"),
+        ]
+        if mask is not None:
+            mistakes.append((_deepnorm(block, x, None, alpha),
+                             "that is the output without the mask: pass mask to block.self_attn"))
+        hint = next((why for out, why in mistakes if torch.allclose(got, out, atol=1e-5)),
+                    "expected x = norm1(alpha * x + self_attn(x, x, x, mask)), then "
+                    "norm2(alpha * x + ffn(x))")
     assert err <= 1e-5, (
-        f"your output differs from the Pre-LN block's by up to {err:.3f} (tolerance 1e-5): {hint}")
+        f"alpha = {alpha:g}, input {list(shape)}, {'no mask' if mask is None else 'a mask'}: "
+        f"your output differs from the DeepNorm block's by up to {err:.3f} (tolerance 1e-5): {hint}")
 
 
-torch.manual_seed(12)
-_mask = padding_mask(torch.tensor([[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 5, 6]]))  # [2, 1, 1, 6]
-for _ in range(3):
-    _check_pre_ln(16, 4, 32, torch.randn(2, 6, 16), _mask)
+_mask = _padding(torch.tensor([[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 5, 6]]))  # [2, 1, 1, 6]
+for _seed in range(3):
+    _check_deepnorm(16, 4, 32, (2, 6, 16), _mask, alpha=(2 * 6) ** 0.25, seed=12 + _seed)
 ### BEGIN HIDDEN TESTS
-_check_pre_ln(8, 2, 12, torch.randn(1, 3, 8), None)  # no mask, one sentence
-_check_pre_ln(12, 3, 24, torch.randn(3, 5, 12), causal_mask(5))
+_check_deepnorm(8, 2, 12, (1, 3, 8), None, alpha=1.0, seed=121)  # alpha = 1: Post-LN, no mask
+_check_deepnorm(12, 3, 24, (3, 5, 12), _causal(5), alpha=(2 * 24) ** 0.25, seed=122)
+_check_deepnorm(16, 4, 32, (2, 6, 16), _mask, alpha=3.0, seed=123)
 ### END HIDDEN TESTS
 print("ex2 passed")
 

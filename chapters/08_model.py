@@ -1300,46 +1300,81 @@ plt.show()
 # When your notebook is graded, each check also tries cases you do not see (other sizes,
 # padding ids and configurations): write what the text asks for, not what fits the messages.
 #
-# ### Exercise 1 · The teacher-forcing shift
-# Write `shift_for_teacher_forcing(tgt)` that takes full target sequences `[B, T]`
-# (`<bos> ... <eos>` plus padding) and returns `(decoder_input, labels)`, each
-# `[B, T-1]`: the input without the last token, the labels without the first. The
-# check uses padded batches of two different lengths.
+# ### Exercise 1 · Teacher forcing, one prefix at a time
+# Section 4 says that one forward pass on the decoder input gives, at every position $t$,
+# the prediction that the model would make from the prefix $y_{\le t}$ alone, because the
+# causal mask hides what follows. Test the claim the slow way: write
+# `logits_prefix_by_prefix(model, src, tgt)` that runs the model once on each prefix
+# `tgt[:, :t + 1]` (for $t = 0, \dots, T-1$), keeps from each run the logits at the
+# prefix's last position, and returns them stacked as `[B, T, V]`. One pass on the whole
+# of `tgt` is what your result is compared with, so it is not an answer: the check
+# watches the decoder and expects it to run on the lengths 1, 2, ..., T, once each. The
+# check compares your result with `model(src, tgt)` (in eval mode: no dropout) on batches
+# of several sizes, with padded targets and sources.
 
 # %%
-def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
     ### BEGIN SOLUTION
-    return tgt[:, :-1], tgt[:, 1:]
+    steps = [model(src, tgt[:, : t + 1])[:, -1] for t in range(tgt.size(1))]  # T x [B, V]
+    return torch.stack(steps, dim=1)  # [B, T, V]
     ### END SOLUTION
 
 
 # %%
-#| check ex1-shift
-def _check_shift(tgt):
+#| check ex1-prefixes points=2
+from transformer.model import Transformer as _Transformer  # the exported class
+
+
+def _check_prefixes(src, tgt, seed, **options):
+    torch.manual_seed(seed)
+    model = _Transformer(30, 30, d_model=16, num_heads=2, num_encoder_layers=2,
+                         num_decoder_layers=2, d_ff=32, max_len=16, **options).eval()
+    lengths = []  # the target length of each decoder run
+    hook = model.decoder.register_forward_pre_hook(
+        lambda module, args: lengths.append(args[0].size(1)))
+    try:
+        with torch.no_grad():
+            got = logits_prefix_by_prefix(model, src, tgt)
+    finally:
+        hook.remove()
     b, t = tgt.shape
-    result = shift_for_teacher_forcing(tgt)
-    assert isinstance(result, tuple) and len(result) == 2, (
-        f"expected a pair (decoder_input, labels), got {type(result).__name__}")
-    for what, got, want in (
-            ("decoder_input", result[0], [row[:-1] for row in tgt.tolist()]),  # drop the last column
-            ("labels", result[1], [row[1:] for row in tgt.tolist()])):  # drop the first column
-        assert isinstance(got, torch.Tensor) and tuple(got.shape) == (b, t - 1), (
-            f"for a target batch of shape [{b}, {t}], expected {what} of shape [{b}, {t - 1}], "
-            f"got {list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-        for row, (g, w) in enumerate(zip(got.tolist(), want, strict=True)):
-            assert g == w, (
-                f"{what}, sentence {row} of {tgt.tolist()}: expected {w}, got {g}. "
-                "The decoder input is each sentence without its last column (a short "
-                "sentence keeps its <eos> = 2; its label there is padding), the labels "
-                "without the first column (<bos>)")
+    assert sorted(lengths) == list(range(1, t + 1)), (
+        f"for a target of length {t} the decoder should run once on each prefix, on the lengths "
+        f"{list(range(1, t + 1))}; it ran on {sorted(lengths)}. Run the model on tgt[:, :t + 1] "
+        "for each t (one pass on the whole target is what the check compares with)")
+    assert isinstance(got, torch.Tensor) and tuple(got.shape) == (b, t, 30), (
+        f"for {b} target{'s' if b > 1 else ''} of length {t} and a vocabulary of 30, expected "
+        f"logits of shape [{b}, {t}, 30], got "
+        f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    with torch.no_grad():
+        want = model(src, tgt)  # [B, T, V]: the one pass
+        err = (got - want).abs().max().item()
+        mistakes = [
+            (want[:, :1].expand_as(want), "every position holds the logits of position 0: keep "
+             "the last position of each run, [:, -1], the prediction after the whole prefix"),
+            (model.decode(tgt, model.encode(src)), "the source padding is visible to "
+             "cross-attention: decode with model.make_src_mask(src), or call model(src, prefix)"),
+        ]
+    hint = next((why for out, why in mistakes if torch.allclose(got, out, atol=1e-4)),
+                "position t of your result should be model(src, tgt[:, :t + 1])[:, -1]")
+    assert err <= 1e-4, (
+        f"source {src.tolist()}, target {tgt.tolist()}: your logits differ from the one pass "
+        f"by up to {err:.3g} (tolerance 1e-4): {hint}")
 
 
-_check_shift(torch.tensor([[1, 6, 7, 8, 2], [1, 6, 2, 0, 0]]))  # <bos> 我 喜欢 苹果 <eos>, padded
-_check_shift(torch.tensor([[1, 9, 4, 4, 7, 6, 2], [1, 5, 2, 0, 0, 0, 0], [1, 3, 8, 2, 0, 0, 0]]))
+# the running example (<bos> I love apples <eos> -> <bos> 我 喜欢 苹果) and a padded target
+_check_prefixes(torch.tensor([[1, 3, 4, 5, 2], [1, 9, 9, 4, 2]]),
+                torch.tensor([[1, 6, 7, 8], [1, 10, 2, 0]]), seed=1)
+_check_prefixes(torch.tensor([[1, 12, 13, 2], [1, 14, 15, 2], [1, 16, 17, 2]]),
+                torch.tensor([[1, 20, 21, 22, 23, 2], [1, 24, 2, 0, 0, 0], [1, 25, 26, 2, 0, 0]]),
+                seed=2)
 ### BEGIN HIDDEN TESTS
-_check_shift(torch.tensor([[1, 2]]))  # one sentence, <bos> <eos>
-_check_shift(torch.tensor([[1, 5, 5, 5, 5, 5, 5, 5, 2], [1, 4, 4, 4, 4, 4, 4, 4, 2]]))  # no padding
+_check_prefixes(torch.tensor([[1, 3, 4, 5, 2, 0, 0], [1, 9, 2, 0, 0, 0, 0]]),  # padded sources
+                torch.tensor([[1, 6, 7, 8, 2], [1, 11, 2, 0, 0]]), seed=11)
+_check_prefixes(torch.tensor([[1, 4, 2]]), torch.tensor([[1]]), seed=12)  # one token
+_check_prefixes(torch.tensor([[1, 5, 6, 7, 2, 0]]), torch.tensor([[1, 8, 9, 10, 11]]), seed=13,
+                norm_first=True, share_embeddings=True, tie_output=True)
 ### END HIDDEN TESTS
 print("ex1 passed")
 

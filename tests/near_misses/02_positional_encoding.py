@@ -6,62 +6,62 @@ the whole source of the exercise's solution cell, as a student would return it.
 """
 
 NEAR_MISSES = {
-    "ex1-rotation": {
-        "the textbook rotation [[cos, -sin], [sin, cos]], which assumes (cos, sin) pairs": '''
-def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
-    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
+    "ex1-half-split-rotation": {
+        "section 5's rotation, the block-diagonal matrix of the paper's interleaved layout": '''
+def half_split_rotation(k: int, d_model: int) -> torch.Tensor:
+    """R'(k) [d_model, d_model] float64 with R'(k) @ PE'(pos) = PE'(pos + k), where PE'
+    stores the sines of all pairs first, then their cosines."""
+    return rotation(k, d_model)
+''',
+        "the textbook rotation's signs [[cos, -sin], [sin, cos]]: turns by -k": '''
+def half_split_rotation(k: int, d_model: int) -> torch.Tensor:
+    """R'(k) [d_model, d_model] float64 with R'(k) @ PE'(pos) = PE'(pos + k), where PE'
+    stores the sines of all pairs first, then their cosines."""
+    half = d_model // 2
     w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     c, s = torch.cos(w * k), torch.sin(w * k)
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
-    R[idx, idx], R[idx, idx + 1] = c, -s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = s, c
+    i = torch.arange(half)
+    R[i, i], R[i, i + half] = c, -s
+    R[i + half, i], R[i + half, i + half] = s, c
     return R
 ''',
-        "frequencies 10000^(-i/d_model): the 2 of 2i/d_model forgotten": '''
-def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
-    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
-    i = torch.arange(d_model // 2, dtype=torch.float64)
-    w = 10000.0 ** (-i / d_model)
+        "the frequencies of tensor2tensor and fairseq, log(10000) / (d_model/2 - 1) apart": '''
+def half_split_rotation(k: int, d_model: int) -> torch.Tensor:
+    """R'(k) [d_model, d_model] float64 with R'(k) @ PE'(pos) = PE'(pos + k), where PE'
+    stores the sines of all pairs first, then their cosines."""
+    half = d_model // 2
+    w = torch.exp(torch.arange(half, dtype=torch.float64) * (-math.log(10000.0) / max(half - 1, 1)))
     c, s = torch.cos(w * k), torch.sin(w * k)
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
-    R[idx, idx], R[idx, idx + 1] = c, s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
+    i = torch.arange(half)
+    R[i, i], R[i, i + half] = c, s
+    R[i + half, i], R[i + half, i + half] = -s, c
     return R
 ''',
-        "frequencies 10000^(-2i/d_model) with i already even (the 2 counted twice)": '''
-def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
-    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
-    i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    w = 10000.0 ** (-2 * i / d_model)
-    c, s = torch.cos(w * k), torch.sin(w * k)
+        "the turn by |k|: the offset taken as a distance, wrong for negative offsets": '''
+def half_split_rotation(k: int, d_model: int) -> torch.Tensor:
+    """R'(k) [d_model, d_model] float64 with R'(k) @ PE'(pos) = PE'(pos + k), where PE'
+    stores the sines of all pairs first, then their cosines."""
+    half = d_model // 2
+    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    c, s = torch.cos(w * abs(k)), torch.sin(w * abs(k))
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
-    R[idx, idx], R[idx, idx + 1] = c, s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
+    i = torch.arange(half)
+    R[i, i], R[i, i + half] = c, s
+    R[i + half, i], R[i + half, i + half] = -s, c
     return R
 ''',
-        "puts block i at rows i, i+1 (overlapping blocks) instead of 2i, 2i+1": '''
-def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
-    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
+        "the second half starts at dimension 32, the visible test's d_model / 2": '''
+def half_split_rotation(k: int, d_model: int) -> torch.Tensor:
+    """R'(k) [d_model, d_model] float64 with R'(k) @ PE'(pos) = PE'(pos + k), where PE'
+    stores the sines of all pairs first, then their cosines."""
     w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     c, s = torch.cos(w * k), torch.sin(w * k)
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(d_model // 2)
-    R[idx, idx], R[idx, idx + 1] = c, s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
-    return R
-''',
-        "frequencies from d_model = 64, the size of the visible test": '''
-def rotation_matrix(k: int, d_model: int) -> torch.Tensor:
-    """R(k) [d_model, d_model] float64 with R(k) @ PE(pos) = PE(pos + k)."""
-    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / 64))
-    c, s = torch.cos(w * k), torch.sin(w * k)
-    R = torch.zeros(d_model, d_model, dtype=torch.float64)
-    idx = torch.arange(0, d_model, 2)
-    R[idx, idx], R[idx, idx + 1] = c, s
-    R[idx + 1, idx], R[idx + 1, idx + 1] = -s, c
+    i = torch.arange(d_model // 2)
+    R[i, i], R[i, (i + 32) % d_model] = c, s
+    R[(i + 32) % d_model, i], R[(i + 32) % d_model, (i + 32) % d_model] = -s, c
     return R
 ''',
     },
@@ -143,30 +143,59 @@ def read_positions(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return (x @ table.T).max(dim=-1).values
 ''',
     },
-    "ex4-offset-similarity": {
-        "frequencies 10000^(-i/d_model): the 2 of 2i/d_model forgotten": '''
-def offset_similarity(k: int, d_model: int) -> float:
-    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
-    i = torch.arange(d_model // 2, dtype=torch.float64)
-    return torch.cos(10000.0 ** (-i / d_model) * k).sum().item()
+    "ex4-read-offset": {
+        "reads the fastest pair (it turns k radians): right only up to whole turns": '''
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
+    a, b = a.double(), b.double()
+    turn = torch.atan2(b[:, 0], b[:, 1]) - torch.atan2(a[:, 0], a[:, 1])
+    turn = torch.remainder(turn + math.pi, 2 * math.pi) - math.pi
+    return torch.round(turn).long()
 ''',
-        "frequencies 10000^(-2i/d_model) with i already even (the 2 counted twice)": '''
-def offset_similarity(k: int, d_model: int) -> float:
-    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
-    i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    return torch.cos(10000.0 ** (-2 * i / d_model) * k).sum().item()
+        "does not bring the difference of angles into [-pi, pi): wrong where the slow hand passes half a turn": '''
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
+    d_model = a.size(-1)
+    w = 10000.0 ** (-(d_model - 2) / d_model)
+    a, b = a.double(), b.double()
+    turn = torch.atan2(b[:, -2], b[:, -1]) - torch.atan2(a[:, -2], a[:, -1])
+    return torch.round(turn / w).long()
 ''',
-        "sums a cosine per dimension, d_model terms, instead of one per pair": '''
-def offset_similarity(k: int, d_model: int) -> float:
-    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
-    j = torch.arange(d_model, dtype=torch.float64)
-    return torch.cos(10000.0 ** (-j / d_model) * k).sum().item()
+        "reads both positions from a table of 5000 (exercise 3's argmax) and subtracts: wrong past the table": '''
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
+    table = sinusoidal_encoding(5000, a.size(-1))
+    return (b @ table.T).argmax(dim=-1) - (a @ table.T).argmax(dim=-1)
 ''',
-        "frequencies from d_model = 256, the size of the visible test": '''
-def offset_similarity(k: int, d_model: int) -> float:
-    """PE(pos) . PE(pos + k) = sum_i cos(w_i k), for any pos."""
-    w = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / 256))
-    return torch.cos(w * k).sum().item()
+        "the angle as atan2(cos, sin), though the table stores (sin, cos): the offset comes out negated": '''
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
+    d_model = a.size(-1)
+    w = 10000.0 ** (-(d_model - 2) / d_model)
+    a, b = a.double(), b.double()
+    turn = torch.atan2(b[:, -1], b[:, -2]) - torch.atan2(a[:, -1], a[:, -2])
+    turn = torch.remainder(turn + math.pi, 2 * math.pi) - math.pi
+    return torch.round(turn / w).long()
+''',
+        "truncates with .long() instead of rounding: 4.9997 becomes 4": '''
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
+    d_model = a.size(-1)
+    w = 10000.0 ** (-(d_model - 2) / d_model)
+    a, b = a.double(), b.double()
+    turn = torch.atan2(b[:, -2], b[:, -1]) - torch.atan2(a[:, -2], a[:, -1])
+    turn = torch.remainder(turn + math.pi, 2 * math.pi) - math.pi
+    return (turn / w).long()
+''',
+        "returns the estimate as floats, not rounded to integers": '''
+def offset_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a = PE(p), b = PE(p + k), each [n, d_model] -> the offsets k [n] (int64)."""
+    d_model = a.size(-1)
+    w = 10000.0 ** (-(d_model - 2) / d_model)
+    a, b = a.double(), b.double()
+    turn = torch.atan2(b[:, -2], b[:, -1]) - torch.atan2(a[:, -2], a[:, -1])
+    turn = torch.remainder(turn + math.pi, 2 * math.pi) - math.pi
+    return turn / w
 ''',
     },
 }

@@ -6,30 +6,43 @@ the whole source of the exercise's solution cell, as a student would return it.
 """
 
 NEAR_MISSES = {
-    "ex1-split": {
-        "reshapes straight to [B, heads, T, d_k], without the transpose": '''
-def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, d_model] -> [B, num_heads, T, d_model // num_heads]."""
-    b, t, d = x.shape
-    return x.reshape(b, num_heads, t, d // num_heads)
+    "ex1-split-qkv": {
+        "the per-head layout [q_i, k_i, v_i] of GPT-NeoX and BLOOM (view [B, T, h, 3, d_k]), not PyTorch's": '''
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [B, T, 3 * d_model] -> q, k, v, each [B, num_heads, T, d_model // num_heads] (views)."""
+    b, t, three_d = qkv.shape
+    parts = qkv.view(b, t, num_heads, 3, three_d // (3 * num_heads)).permute(3, 0, 2, 1, 4)
+    return parts[0], parts[1], parts[2]
 ''',
-        "views the features as [d_k, heads] (head i gets every num_heads-th feature)": '''
-def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, d_model] -> [B, num_heads, T, d_model // num_heads]."""
-    b, t, d = x.shape
-    return x.view(b, t, d // num_heads, num_heads).permute(0, 3, 1, 2)
+        "cuts each part straight into [B, h, T, d_k], without the transpose": '''
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [B, T, 3 * d_model] -> q, k, v, each [B, num_heads, T, d_model // num_heads] (views)."""
+    b, t, three_d = qkv.shape
+    q, k, v = qkv.chunk(3, dim=-1)
+    return tuple(x.reshape(b, num_heads, t, three_d // (3 * num_heads)) for x in (q, k, v))
 ''',
-        "transposes the last two axes instead of time and heads": '''
-def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, d_model] -> [B, num_heads, T, d_model // num_heads]."""
-    b, t, d = x.shape
-    return x.view(b, t, num_heads, d // num_heads).transpose(-2, -1)
+        "chunks along the time axis instead of the features": '''
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [B, T, 3 * d_model] -> q, k, v, each [B, num_heads, T, d_model // num_heads] (views)."""
+    b, t, three_d = qkv.shape
+    d = three_d // 3
+    parts = qkv.view(b, t, 3 * num_heads, d // num_heads).transpose(1, 2)  # [B, 3h, T, d_k]
+    return tuple(parts.chunk(3, dim=2))
 ''',
-        "d_k from d_model = 12, the width of the visible test": '''
-def split_heads_manual(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """[B, T, d_model] -> [B, num_heads, T, d_model // num_heads]."""
-    b, t, d = x.shape
-    return x.view(b, t, num_heads, 12 // num_heads).transpose(1, 2)
+        "right values, but .contiguous() copies them, which the text forbids": '''
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [B, T, 3 * d_model] -> q, k, v, each [B, num_heads, T, d_model // num_heads] (views)."""
+    b, t, three_d = qkv.shape
+    q, k, v = qkv.chunk(3, dim=-1)
+    return tuple(x.reshape(b, t, num_heads, -1).transpose(1, 2).contiguous() for x in (q, k, v))
+''',
+        "squeeze() after split: also drops a batch, length or head axis of size 1": '''
+def split_qkv(qkv: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """qkv [B, T, 3 * d_model] -> q, k, v, each [B, num_heads, T, d_model // num_heads] (views)."""
+    b, t, three_d = qkv.shape
+    parts = qkv.view(b, t, 3, num_heads, three_d // (3 * num_heads)).permute(2, 0, 3, 1, 4)
+    q, k, v = parts.split(1, dim=0)  # each [1, B, h, T, d_k]
+    return q.squeeze(), k.squeeze(), v.squeeze()
 ''',
     },
     "ex2-average": {
@@ -105,23 +118,54 @@ def ablate_head(mha: MultiHeadAttention, x: torch.Tensor, head: int) -> torch.Te
     return mha.out_proj(merged)
 ''',
     },
-    "ex4-merge": {
+    "ex4-scale": {
         "the function with the bug, unchanged": '''
-def merge_heads_manual(x: torch.Tensor) -> torch.Tensor:
-    """[B, h, T, d_k] -> [B, T, h * d_k]: the inverse of split_heads."""
-    return merge_heads_with_a_bug(x)
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    return all_heads_attention_with_a_bug(q, k, v, num_heads)
 ''',
-        "view after the transpose: fails on memory that is not contiguous": '''
-def merge_heads_manual(x: torch.Tensor) -> torch.Tensor:
-    """[B, h, T, d_k] -> [B, T, h * d_k]: the inverse of split_heads."""
-    b, h, t, dk = x.shape
-    return x.transpose(1, 2).view(b, t, h * dk)
+        "divides by d_k, not by its square root": '''
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    b, tq, d = q.shape
+    q, k, v = (x.view(b, x.size(1), num_heads, -1).transpose(1, 2) for x in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / q.size(-1)
+    weights = scores.softmax(dim=-1)
+    return (weights @ v).transpose(1, 2).reshape(b, tq, d)
 ''',
-        "moves the heads last: features interleaved across heads": '''
-def merge_heads_manual(x: torch.Tensor) -> torch.Tensor:
-    """[B, h, T, d_k] -> [B, T, h * d_k]: the inverse of split_heads."""
-    b, h, t, dk = x.shape
-    return x.permute(0, 2, 3, 1).reshape(b, t, h * dk)
+        "divides by sqrt(num_heads) once more, instead of multiplying: sqrt(d_model * h)": '''
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    b, tq, d = q.shape
+    q, k, v = (x.view(b, x.size(1), num_heads, -1).transpose(1, 2) for x in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / d ** 0.5 / num_heads ** 0.5
+    weights = scores.softmax(dim=-1)
+    return (weights @ v).transpose(1, 2).reshape(b, tq, d)
+''',
+        "takes the 'bug' to be the softmax axis, and normalises over the queries": '''
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    b, tq, d = q.shape
+    q, k, v = (x.view(b, x.size(1), num_heads, -1).transpose(1, 2) for x in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    weights = scores.softmax(dim=-2)
+    return (weights @ v).transpose(1, 2).reshape(b, tq, d)
+''',
+        "cuts keys and values with the queries' length: right in self-attention only": '''
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    b, t, d = q.shape
+    q, k, v = (x.reshape(b, t, num_heads, -1).transpose(1, 2) for x in (q, k, v))
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5
+    weights = scores.softmax(dim=-1)
+    return (weights @ v).transpose(1, 2).reshape(b, t, d)
+''',
+        "replaces the function by chapter 03's attention on the module's heads, which the text forbids": '''
+def all_heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Projected q [B, Tq, d_model], k and v [B, Tk, d_model] -> [B, Tq, d_model]."""
+    mha = MultiHeadAttention(q.size(-1), num_heads)
+    out, _ = scaled_dot_product_attention(mha.split_heads(q), mha.split_heads(k), mha.split_heads(v))
+    return mha.merge_heads(out)
 ''',
     },
 }

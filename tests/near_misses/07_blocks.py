@@ -6,112 +6,141 @@ the whole source of the exercise's solution cell, as a student would return it.
 """
 
 NEAR_MISSES = {
-    "ex1-layer-norm": {
-        "unbiased variance (the default of .var()), 1/(d-1) instead of 1/d": '''
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+    "ex1-group-norm": {
+        "groups of every groups-th feature: the view as [..., d // groups, groups]": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    d = x.size(-1)
+    g = x.unflatten(-1, (d // groups, groups))  # [..., d // groups, groups]
+    mu = g.mean(-2, keepdim=True)
+    var = ((g - mu) ** 2).mean(-2, keepdim=True)
+    return ((g - mu) / torch.sqrt(var + eps)).flatten(-2) * weight + bias
+''',
+        "LayerNorm over all d features: the groups ignored": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float = 1e-5) -> torch.Tensor:
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
     mu = x.mean(-1, keepdim=True)
-    var = x.var(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
     return (x - mu) / torch.sqrt(var + eps) * weight + bias
+''',
+        "unbiased variance (the default of .var()), 1/(n-1) instead of 1/n": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float = 1e-5) -> torch.Tensor:
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    g = x.unflatten(-1, (groups, x.size(-1) // groups))
+    mu = g.mean(-1, keepdim=True)
+    var = g.var(-1, keepdim=True)
+    return ((g - mu) / torch.sqrt(var + eps)).flatten(-2) * weight + bias
 ''',
         "eps added to the standard deviation, outside the square root": '''
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
-    mu = x.mean(-1, keepdim=True)
-    std = x.std(-1, unbiased=False, keepdim=True)
-    return (x - mu) / (std + eps) * weight + bias
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    g = x.unflatten(-1, (groups, x.size(-1) // groups))
+    mu = g.mean(-1, keepdim=True)
+    std = g.std(-1, unbiased=False, keepdim=True)
+    return ((g - mu) / (std + eps)).flatten(-2) * weight + bias
 ''',
-        "statistics over the whole tensor, not over each vector's features": '''
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+        "works for [B, T, d] only (b, t, d = x.shape), not for any [..., d]": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
-    mu = x.mean()
-    var = ((x - mu) ** 2).mean()
-    return (x - mu) / torch.sqrt(var + eps) * weight + bias
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    b, t, d = x.shape
+    g = x.view(b, t, groups, d // groups)
+    mu = g.mean(-1, keepdim=True)
+    var = ((g - mu) ** 2).mean(-1, keepdim=True)
+    return ((g - mu) / torch.sqrt(var + eps)).view(b, t, d) * weight + bias
 ''',
-        "shift added before the scale: (x_hat + bias) * weight": '''
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+        "ignores eps: a constant 1e-5 inside": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return ((x - mu) / torch.sqrt(var + eps) + bias) * weight
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    g = x.unflatten(-1, (groups, x.size(-1) // groups))
+    mu = g.mean(-1, keepdim=True)
+    var = ((g - mu) ** 2).mean(-1, keepdim=True)
+    return ((g - mu) / torch.sqrt(var + 1e-5)).flatten(-2) * weight + bias
 ''',
-        "ignores eps: a constant 1e-5 inside (issue 20)": '''
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+        "F.group_norm on the tokens, which the exercise forbids": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + 1e-5) * weight + bias
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    d = x.size(-1)
+    return F.group_norm(x.reshape(-1, d), groups, weight, bias, eps).reshape(x.shape)
 ''',
-        "F.layer_norm, which the exercise forbids": '''
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+        "F.layer_norm on each group, which the exercise forbids": '''
+def group_norm(x: torch.Tensor, groups: int, weight: torch.Tensor, bias: torch.Tensor,
                eps: float = 1e-5) -> torch.Tensor:
-    """Normalise x [..., d] over its last dimension, then scale by weight [d] and shift by bias [d]."""
-    return F.layer_norm(x, (x.size(-1),), weight, bias, eps)
+    """Normalise each group of d // groups consecutive features of x [..., d] on its own,
+    then scale by weight [d] and shift by bias [d]."""
+    size = x.size(-1) // groups
+    g = F.layer_norm(x.unflatten(-1, (groups, size)), (size,), eps=eps)
+    return g.flatten(-2) * weight + bias
 ''',
     },
-    "ex2-pre-ln": {
-        "the Post-LN order after all: the norm after the residual sum": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    "ex2-deepnorm": {
+        "alpha on the sublayer's output: norm(x + alpha * F(x))": '''
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    x = block.norm1(x + alpha * block.self_attn(x, x, x, mask)[0])
+    return block.norm2(x + alpha * block.ffn(x))
+''',
+        "scales the stream before the sublayer reads it: norm(alpha x + F(alpha x))": '''
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    x = alpha * x
     x = block.norm1(x + block.self_attn(x, x, x, mask)[0])
+    x = alpha * x
     return block.norm2(x + block.ffn(x))
 ''',
-        "normalises the residual stream itself, so the sum adds norm(x), not x": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
-    x = block.norm1(x)
-    x = x + block.self_attn(x, x, x, mask)[0]
-    x = block.norm2(x)
-    return x + block.ffn(x)
+        "alpha in the self-attention sublayer only, not in the FFN's": '''
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    x = block.norm1(alpha * x + block.self_attn(x, x, x, mask)[0])
+    return block.norm2(x + block.ffn(x))
 ''',
         "forgets to pass the mask to self-attention": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    x = block.norm1(alpha * x + block.self_attn(x, x, x)[0])
+    return block.norm2(alpha * x + block.ffn(x))
+''',
+        "the Pre-LN order with alpha: alpha x + F(norm(x))": '''
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
     h = block.norm1(x)
-    x = x + block.self_attn(h, h, h)[0]
-    return x + block.ffn(block.norm2(x))
+    x = alpha * x + block.self_attn(h, h, h, mask)[0]
+    return alpha * x + block.ffn(block.norm2(x))
 ''',
-        "reuses norm1 before the FFN instead of norm2": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
-    h = block.norm1(x)
-    x = x + block.self_attn(h, h, h, mask)[0]
-    return x + block.ffn(block.norm1(x))
+        "DeepNet's alpha for six layers, (2 * 6) ** 0.25, instead of the argument": '''
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    alpha = (2 * 6) ** 0.25  # DeepNet's value for N = 6 encoder blocks
+    x = block.norm1(alpha * x + block.self_attn(x, x, x, mask)[0])
+    return block.norm2(alpha * x + block.ffn(x))
 ''',
-        "flips block.norm_first and calls the block, leaving it flipped": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
-    block.norm_first = True
-    return block(x, mask)
-''',
-        "flips norm_first, calls the block, flips it back (issue 20)": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
-    block.norm_first = True
-    try:
-        return block(x, mask)
-    finally:
-        block.norm_first = False
-''',
-        "a new Pre-LN block with the same weights": '''
-def pre_ln_forward(block: EncoderBlock, x: torch.Tensor,
-                   mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Pre-LN encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
-    heads = block.self_attn.num_heads
-    twin = EncoderBlock(block.d_model, heads, block.ffn.d_ff, norm_first=True).eval()
-    twin.load_state_dict(block.state_dict())
-    return twin(x, mask)
+        "scales x in place (x *= alpha), changing the caller's tensor": '''
+def deepnorm_forward(block: EncoderBlock, x: torch.Tensor, mask: torch.Tensor | None,
+                     alpha: float) -> torch.Tensor:
+    """DeepNorm encoder block with block's weights: x [B, S, d_model] -> [B, S, d_model]."""
+    f = block.self_attn(x, x, x, mask)[0]
+    x *= alpha
+    x = block.norm1(x + f)
+    return block.norm2(alpha * x + block.ffn(x))
 ''',
     },
     "ex3-decoder-params": {

@@ -6,32 +6,52 @@ the whole source of the exercise's solution cell, as a student would return it.
 """
 
 NEAR_MISSES = {
-    "ex1-shift": {
-        "input and labels swapped": '''
-def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
-    return tgt[:, 1:], tgt[:, :-1]
+    "ex1-prefixes": {
+        "keeps the first position of each run, not the last": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    steps = [model(src, tgt[:, : t + 1])[:, 0] for t in range(tgt.size(1))]
+    return torch.stack(steps, dim=1)
 ''',
-        "labels not shifted: both drop the last token": '''
-def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
-    return tgt[:, :-1], tgt[:, :-1]
+        "off by one: the prefixes tgt[:, :t] for t = 1 .. T-1, the whole target left out": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    steps = [model(src, tgt[:, :t])[:, -1] for t in range(1, tgt.size(1))]
+    return torch.stack(steps, dim=1)
 ''',
-        "shifts along the batch axis instead of time": '''
-def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
-    return tgt[:-1], tgt[1:]
+        "stacks along the batch axis: [T, B, V]": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    steps = [model(src, tgt[:, : t + 1])[:, -1] for t in range(tgt.size(1))]
+    return torch.stack(steps)
 ''',
-        "hard-codes the running example's length 5": '''
-def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
-    return tgt[:, 0:4], tgt[:, 1:5]
+        "encodes once, then decodes each prefix without the source padding mask": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    memory = model.encode(src)  # the source is the same for every prefix
+    steps = [model.decode(tgt[:, : t + 1], memory)[:, -1] for t in range(tgt.size(1))]
+    return torch.stack(steps, dim=1)
 ''',
-        "removes each sentence's <eos> from the input instead of the last column": '''
-def shift_for_teacher_forcing(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tgt [B, T] -> (decoder_input [B, T-1], labels [B, T-1])."""
-    decoder_input = tgt.masked_fill(tgt == 2, 0)[:, :-1]  # the decoder never reads <eos>
-    return decoder_input, tgt[:, 1:]
+        "squeeze() to drop the length axis, which also drops a batch of one": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    steps = [model(src, tgt[:, : t + 1])[:, -1:].squeeze() for t in range(tgt.size(1))]
+    return torch.stack(steps, dim=1)
+''',
+        "one pass on the whole target, which the exercise compares with": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    return model(src, tgt)  # the causal mask makes each position see its prefix only
+''',
+        "each prefix padded back to length T: every run is a full-length pass": '''
+def logits_prefix_by_prefix(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src [B, S], tgt [B, T] -> logits [B, T, V], position t computed from tgt[:, :t + 1] alone."""
+    steps = []
+    for t in range(tgt.size(1)):
+        prefix = tgt.clone()
+        prefix[:, t + 1:] = model.pad_id  # hide the rest as padding
+        steps.append(model(src, prefix)[:, t])
+    return torch.stack(steps, dim=1)
 ''',
     },
     "ex2-target-mask": {
