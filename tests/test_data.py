@@ -8,6 +8,7 @@ import torch
 from transformer.data import (
     BOS_ID,
     EOS_ID,
+    LONG_MAX_WORDS,
     MAX_WORDS,
     PAD_ID,
     SPECIAL_TOKENS,
@@ -15,9 +16,11 @@ from transformer.data import (
     Vocab,
     collate,
     generate_corpus,
+    generate_long_pairs,
     is_held_out,
     make_batches,
     pad_sequences,
+    sample_clause,
     sample_pair,
     split_corpus,
     tokenize,
@@ -50,7 +53,7 @@ def test_grammar_covers_reordering_negation_questions_aspect_and_measure_words(c
     # Time and place come before the verb in Chinese, after the object in English.
     rng = random.Random(0)
     for _ in range(2000):
-        en, zh = sample_pair(rng)
+        en, zh = sample_clause(rng)
         if en.endswith("yesterday") and "at home" in en and not en.endswith("?"):
             words = zh.split()
             assert words.index("昨天") < words.index("在") < words.index("家")
@@ -60,8 +63,40 @@ def test_grammar_covers_reordering_negation_questions_aspect_and_measure_words(c
     for en, zh in pairs.items():
         if en.startswith("did ") and en.endswith("?"):
             assert zh.endswith("吗 ？") and "了" in zh.split()
-        if " did not " in en:
+        if " did not " in en and " and " not in en and " but " not in en:  # one clause
             assert "没有" in zh.split() and "了" not in zh.split()
+
+
+def test_a_compound_sentence_is_two_statements_and_a_conjunction():
+    """sample_pair joins about three draws in ten; each clause translates as it does alone
+    (sample_clause), "and" becomes a comma, "but" a comma and 但是, and no question is joined."""
+    draws = random.Random(11)
+    clauses = dict(sample_clause(draws) for _ in range(20_000))  # English -> Chinese
+    rng, compounds, checked = random.Random(3), 0, 0
+    for _ in range(3000):
+        en, zh = sample_pair(rng)
+        if " and " not in en and " but " not in en:
+            continue
+        compounds += 1
+        conj, zh_conj = (" but ", " ， 但是 ") if " but " in en else (" and ", " ， ")
+        (first, second), (zh_first, zh_second) = en.split(conj), zh.split(zh_conj)
+        assert not first.endswith("?") and not second.endswith("?"), en
+        for clause, translation in ((first, zh_first), (second, zh_second)):
+            if clause in clauses:
+                checked += 1
+                assert clauses[clause] == translation, (en, zh)
+    assert 0.25 * 3000 < compounds < 0.35 * 3000, compounds
+    assert checked > 100  # enough clauses were drawn alone too
+
+
+def test_long_pairs_are_longer_than_the_corpus_and_new(corpus):
+    long = generate_long_pairs(200, seed=1)
+    assert len({en for en, _ in long}) == 200 and generate_long_pairs(200, seed=1) == long
+    assert all(MAX_WORDS < max(len(en.split()), len(zh.split())) <= LONG_MAX_WORDS for en, zh in long)
+    assert all("，" in zh.split() and not is_held_out(en) for en, zh in long)
+    assert not {en for en, _ in long} & {en for en, _ in corpus}
+    with pytest.raises(ValueError, match="size"):
+        generate_long_pairs(0)
 
 
 def test_translation_is_a_function_of_the_english(corpus):
@@ -147,7 +182,7 @@ def test_vocab_specials_round_trip_and_unknown_words(split):
         assert ids[0] == BOS_ID and ids[-1] == EOS_ID and UNK_ID not in ids
         assert src.decode(ids) == en and tgt.decode(tgt.encode(zh)) == zh
     assert src.encode("I love apples", add_special=False) == [src.stoi[w] for w in ("I", "love", "apples")]
-    assert src.unknown_words("I love durians and kiwis") == ["durians", "and", "kiwis"]
+    assert src.unknown_words("I love durians with kiwis") == ["durians", "with", "kiwis"]
     assert src.encode("I love durians")[3] == UNK_ID
     # decode stops at <eos>, skips <pad>/<bos>, and takes tensors
     ids = torch.tensor([BOS_ID, tgt.stoi["我"], EOS_ID, tgt.stoi["猫"], PAD_ID])

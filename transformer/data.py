@@ -19,14 +19,16 @@ BOS_ID = 1  # begins every sentence
 EOS_ID = 2  # ends every sentence
 UNK_ID = 3  # a word the vocabulary does not know
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # in id order: "<pad>" is 0
-MAX_WORDS = 12  # the grammar never writes a sentence longer than this (either language)
+MAX_WORDS = 12  # generate_corpus keeps no sentence longer than this (either language)
+LONG_MAX_WORDS = 20  # generate_long_pairs: sentences of MAX_WORDS + 1 to this many words
 
 
 class Grammar:
     """The toy grammar's word tables, each row pairing English with Chinese.
 
-    `sample_pair` picks one row per slot and writes both sentences from the same
-    choices, so every English sentence has exactly one Chinese translation.
+    `sample_clause` picks one row per slot and writes both sentences from the same
+    choices, so every English sentence has exactly one Chinese translation; `sample_pair`
+    sometimes joins two statements with a conjunction.
 
     Defined in chapter 09 (`chapters/09_training.ipynb`).
     """
@@ -81,6 +83,9 @@ class Grammar:
     }
     TENSES = ("present", "past", "perfect", "future")
     MOODS = ("statement", "negation", "question")
+    # Two statements joined: "I love apples and he eats pears" -> "我 喜欢 苹果 ， 他 吃 梨".
+    CONJUNCTIONS = (("and", "，"), ("but", "， 但是"))
+    COMPOUND = 0.3  # the share of draws that join two statements
 
 
 # Word pairs that training never sees together: a sentence holding a word of each
@@ -142,8 +147,8 @@ def _noun_phrase(rng: random.Random, noun_class: str, counted: bool) -> tuple[st
     return " ".join(en.split()), " ".join(zh_words.split())
 
 
-def sample_pair(rng: random.Random) -> tuple[str, str]:
-    """Draw one (English, Chinese) sentence pair from the grammar.
+def sample_clause(rng: random.Random) -> tuple[str, str]:
+    """Draw one (English, Chinese) clause from the grammar: a statement, a negation or a question.
 
     Args:
         rng: the random.Random that makes every choice (seed it to reproduce a draw).
@@ -170,6 +175,37 @@ def sample_pair(rng: random.Random) -> tuple[str, str]:
     en = [*aux, subj_en, *verb_en, obj_en, place[0], time[0]] + (["?"] if mood == "question" else [])
     zh = [subj_zh, time[1], *zh_pre, place[1], *zh_verb, obj_zh] + (["吗", "？"] if mood == "question" else [])
     return " ".join(" ".join(en).split()), " ".join(" ".join(zh).split())
+
+
+def _statement(rng: random.Random) -> tuple[str, str]:
+    """A clause that is not a question (a compound sentence joins two of these)."""
+    while True:
+        en, zh = sample_clause(rng)
+        if not en.endswith("?"):
+            return en, zh
+
+
+def sample_pair(rng: random.Random) -> tuple[str, str]:
+    """Draw one (English, Chinese) sentence pair from the grammar.
+
+    A clause (sample_clause), or, with probability Grammar.COMPOUND, two statements
+    joined by "and" (Chinese: a comma) or "but" (a comma and 但是).
+
+    Args:
+        rng: the random.Random that makes every choice (seed it to reproduce a draw).
+
+    Returns:
+        (English, Chinese), words separated by spaces, such as
+        ("I love apples", "我 喜欢 苹果") or ("I love apples but he does not eat pears",
+        "我 喜欢 苹果 ， 但是 他 不 吃 梨").
+
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
+    """
+    if rng.random() >= Grammar.COMPOUND:
+        return sample_clause(rng)
+    (first_en, first_zh), (conj_en, conj_zh) = _statement(rng), rng.choice(Grammar.CONJUNCTIONS)
+    second_en, second_zh = _statement(rng)
+    return f"{first_en} {conj_en} {second_en}", f"{first_zh} {conj_zh} {second_zh}"
 
 # %% chapters/09_training.ipynb, cell 7
 def generate_corpus(size: int = 30_000, seed: int = 0) -> list[tuple[str, str]]:
@@ -280,6 +316,40 @@ def split_corpus(pairs: Sequence[tuple[str, str]], valid_size: int = 1000, test_
     return CorpusSplit(train, valid, test)
 
 # %% chapters/09_training.ipynb, cell 17
+def generate_long_pairs(size: int = 500, seed: int = 1) -> list[tuple[str, str]]:
+    """Draw `size` distinct pairs longer than every pair of generate_corpus.
+
+    Each is a compound sentence of sample_pair (two statements joined by a conjunction)
+    with more than MAX_WORDS and at most LONG_MAX_WORDS words (in the longer of its two
+    sentences); none holds a held-out combination (is_held_out), so that length is the
+    only new thing about them.
+
+    Args:
+        size: the number of pairs, > 0 (default 500).
+        seed: the seed of the draws (default 1, not generate_corpus's 0).
+
+    Returns:
+        A list of `size` (English, Chinese) pairs with distinct English sentences.
+
+    Raises:
+        ValueError: size is not a positive integer, or larger than the grammar can make.
+
+    Defined in chapter 09 (`chapters/09_training.ipynb`).
+    """
+    _check_int("size", size)
+    _check_int("seed", seed, 0)
+    rng = random.Random(seed)
+    pairs: dict[str, str] = {}
+    for _ in range(500 * size):
+        en, zh = sample_pair(rng)
+        compound = "，" in zh.split()  # two statements: the comma of the conjunction
+        if compound and MAX_WORDS < max(len(en.split()), len(zh.split())) <= LONG_MAX_WORDS and not is_held_out(en):
+            pairs.setdefault(en, zh)
+            if len(pairs) == size:
+                return list(pairs.items())
+    raise ValueError(f"the grammar cannot make {size} distinct long pairs (got {len(pairs)})")
+
+# %% chapters/09_training.ipynb, cell 20
 PUNCTUATION = "?？.。!！,，;；:："  # each mark becomes a word of its own
 SENTENCE_END = (".", "。", "!", "！")  # dropped at the end of a sentence: the corpus writes none
 
@@ -313,7 +383,7 @@ def tokenize(text: str) -> list[str]:
         words.pop()
     return ["I" if word == "i" else word for word in words]
 
-# %% chapters/09_training.ipynb, cell 18
+# %% chapters/09_training.ipynb, cell 21
 class Vocab:
     """A word <-> id table with the special tokens `<pad>`=0, `<bos>`=1, `<eos>`=2, `<unk>`=3.
 
@@ -492,7 +562,7 @@ class Vocab:
                              f"{sorted(w for w, n in Counter(itos).items() if n > 1)[:5]}")
         return cls(itos[len(SPECIAL_TOKENS):])
 
-# %% chapters/09_training.ipynb, cell 22
+# %% chapters/09_training.ipynb, cell 25
 def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID) -> Tensor:
     """Pad B lists of ids on the right into one LongTensor [B, T], T the longest.
 
@@ -586,4 +656,4 @@ def make_batches(pairs: Sequence[tuple[str, str]], src_vocab: Vocab, tgt_vocab: 
     return [collate([encoded[i] for i in order[start:start + batch_size]], pad_id)
             for start in range(0, len(order), batch_size)]
 
-__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "MAX_WORDS", "Grammar", "HELD_OUT_COMBINATIONS", "sample_pair", "generate_corpus", "is_held_out", "CorpusSplit", "split_corpus", "PUNCTUATION", "SENTENCE_END", "tokenize", "Vocab", "pad_sequences", "collate", "make_batches"]
+__all__ = ["PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "MAX_WORDS", "LONG_MAX_WORDS", "Grammar", "HELD_OUT_COMBINATIONS", "sample_clause", "sample_pair", "generate_corpus", "is_held_out", "CorpusSplit", "split_corpus", "generate_long_pairs", "PUNCTUATION", "SENTENCE_END", "tokenize", "Vocab", "pad_sequences", "collate", "make_batches"]
