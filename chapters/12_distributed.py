@@ -1493,7 +1493,7 @@ assert gap == 0.0
 # **A crash while saving.** We save a checkpoint at step 4, then let the save of step 6
 # die at each point where a real crash could: half-way through writing a file, and after
 # writing it but before renaming it, for the checkpoint file and then for the pointer
-# `latest` (the second stage of the pointer comes after the checkpoint's rename). Test
+# `latest` (which is written second, after the checkpoint's rename). Test
 # doubles stand in for the two operations that die: `_write_file`, replaced by one that
 # writes half the bytes and raises, and `os.replace`, replaced by one that raises; the
 # package's own code runs unchanged around them. Each time, the checkpoint that `latest`

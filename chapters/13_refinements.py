@@ -208,9 +208,10 @@ assert row["kv"] == 2 * 2 * 64 * 4  # layers · (k, v) · d_model · float32
 #
 # **Fused attention.** `F.scaled_dot_product_attention` computes
 # $\operatorname{softmax}(QK^\top/\sqrt{d})V$ in one kernel, without storing the
-# $T \times T$ weights. Chapter 03 already uses it when `need_weights=False`, which
-# every block passes; section 5 checks that it gives the same outputs with the new
-# parts.
+# $T \times T$ weights. Appendix 14 hands attention to it when no weights are asked for
+# (`need_weights=False`, which every block passes), through `FastMultiHeadAttention` and
+# `FastGroupedQueryAttention`, and checks that it gives chapter 05's outputs, with this
+# chapter's rotary positions too.
 
 # %% [markdown]
 # ## 3 · The code
@@ -932,8 +933,9 @@ plt.show()
 # table took 121 minutes of CPU, for models of 1.6 million parameters
 # trained on 1.6 million characters; the gains reported for these refinements come from
 # models a thousand times larger, trained far longer, which is what chapter 12's
-# processes and GPUs are for. The appendix that follows (chapter 14, *Benchmarks*) measures
-# what our code costs against `torch.nn.Transformer`, how close a training step comes to
+# processes and GPUs are for. The appendix that follows (14, *Making it fast*) builds the
+# book's speed paths and measures what our code costs against `torch.nn.Transformer`,
+# how close a training step comes to
 # the machine's peak, and how generation with the KV cache is bound by memory bandwidth,
 # which is exactly the cost that grouped-query attention cuts.
 
@@ -1223,10 +1225,10 @@ _check_verdict([([50.0], [50.0], "within noise"),  # a tie
 print("ex5 passed")
 
 # %% [markdown]
-# The table's last column block measures each variant again with four times the training
-# context. Every variant gets worse there, RoPE included, although rotary scores depend
-# only on offsets. Why? And why does the chapter train each variant with three seeds
-# before reading the table at all? Answer in a few sentences.
+# The table's columns `ppl@256` and `change` measure each variant again with four times
+# the training context. Every variant gets worse there, RoPE included, although rotary
+# scores depend only on offsets. Why? And why does the chapter train each variant with
+# two or three seeds before reading the table at all? Answer in a few sentences.
 
 # %% [markdown]
 # <!-- #| answer ex5-why points=2 -->
@@ -1235,7 +1237,7 @@ print("ex5 passed")
 # than anything it learned, their rotation angles (low frequencies especially) take values
 # it never saw, and attention spreads over positions it cannot use, so perplexity rises.
 # Relative positions remove the absolute positions it never saw, not the unseen offsets
-# (hence position interpolation and YaRN, or training on long texts). Three seeds give the
+# (hence position interpolation and YaRN, or training on long texts). Several seeds give the
 # spread that chance alone (initial weights, batch order, dropout) puts on one model's
 # perplexity; a difference smaller than that spread could come from the seed, not from the
 # refinement, so only differences that survive every pair of runs are read as real.
