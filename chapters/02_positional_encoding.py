@@ -905,7 +905,7 @@ from transformer.positional import sinusoidal_encoding as _encoding  # the expor
 
 def _check_offsets(d_model, positions, offsets):
     a = torch.stack([_encoding(1, d_model, start=p)[0] for p in positions])  # PE(p) [n, d_model]
-    b = torch.stack([_encoding(1, d_model, start=p + k)[0] for p, k in zip(positions, offsets)])  # PE(p + k)
+    b = torch.stack([_encoding(1, d_model, start=p + k)[0] for p, k in zip(positions, offsets, strict=True)])  # PE(p + k)
     n = len(positions)
     found = offset_between(a, b)
     assert isinstance(found, torch.Tensor) and found.shape == (n,), (

@@ -869,7 +869,7 @@ def _check_qkv(batch, t, d, heads, seed):
         + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else ""))
     dk = d // heads
     split = _MHA(d, heads).split_heads  # [B, T, d_model] -> [B, h, T, d_k]
-    for j, (name, part) in enumerate(zip("qkv", got)):
+    for j, (name, part) in enumerate(zip("qkv", got, strict=False)):
         assert isinstance(part, torch.Tensor) and part.shape == (batch, heads, t, dk), (
             f"qkv {[batch, t, 3 * d]}, {heads} heads: {name} should be [B, num_heads, T, d_k] = "
             f"{[batch, heads, t, dk]}, got {list(part.shape) if isinstance(part, torch.Tensor) else type(part).__name__}")

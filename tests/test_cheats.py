@@ -81,7 +81,8 @@ def test_the_issue_class_scores_nothing_through_nbgrader_and_make_grade(tmp_path
     # the two issue students hand in every listed answer: no exercise lists more than two
     listed = {(chapter.name, name): sum("(issue 20)" in label for label in answers)
               for chapter in chapters for name, answers in exercise_verify.near_misses(chapter).items()}
-    assert sum(listed.values()) == 14 and max(listed.values()) == 2, listed
+    # 12 since chapter 07's exercises 1 and 2 were replaced (two of its listed answers went with them)
+    assert sum(listed.values()) == 12 and max(listed.values()) == 2, listed
     course = tmp_path / "course"
     subprocess.run([sys.executable, "-m", "tools.exercises", "course", str(course),
                     *[str(c.path) for c in chapters]], check=True, capture_output=True, cwd=ROOT)
