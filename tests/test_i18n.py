@@ -1,8 +1,10 @@
-"""The Chinese edition's catalogues (tools/i18n.py, i18n_catalogues.py, i18n_check.py): the check passes on the repository and
-fails, naming the unit, when the English changes under a translation, when a translation
-is missing, when the Chinese changes a number, inline code, math or a token, and when its
-typography is wrong; the Chinese notebook keeps every code cell and output byte for byte.
-Everything here reads notebooks and catalogues; nothing is executed (a few seconds)."""
+"""The Chinese edition's catalogues (tools/i18n.py, i18n_catalogues.py, i18n_check.py,
+i18n_terms.py): the check passes on the repository and fails, naming the unit, when the
+English changes under a translation, when a translation is missing, when the Chinese
+changes a number, inline code, math or a token, when its typography is wrong, when it
+drops a term of STYLE.md's table or the English at a term's first use; the Chinese
+notebook keeps every code cell and output byte for byte. Everything here reads notebooks
+and catalogues; nothing is executed (a few seconds)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import nbformat
 import polib
 import pytest
 
-from tools import i18n, i18n_catalogues, i18n_check
+from tools import i18n, i18n_catalogues, i18n_check, i18n_terms
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
@@ -243,6 +245,101 @@ def test_a_stale_or_untranslated_build_string_is_named(copy):
     assert len(found) == 2, found
     assert any("stale" in f and "tools/website.py" in f and "Show the solution" in f for f in found)
     assert any("untranslated" in f and "'Close'" in f for f in found)
+
+
+# --- the terms of STYLE.md's table (tools/i18n_terms.py) ------------------------------
+
+def edit_unit(locale: Path, containing: str, change, name: str = NAME) -> polib.POEntry:
+    """Apply change(entry) to the one entry whose Chinese contains `containing`."""
+    path = i18n_catalogues.catalogue_path(name, locale)
+    po = i18n_catalogues.load(path)
+    [entry] = [e for e in po if not e.obsolete and containing in e.msgstr]
+    change(entry)
+    po.save(str(path))
+    return entry
+
+
+def test_the_term_pairs_come_from_the_style_page():
+    terms = {t.english: t for t in i18n_terms.parse_terms(i18n_terms.STYLE.read_text(encoding="utf-8"))}
+    assert terms["causal mask"].chinese == ("因果掩码",) and terms["causal mask"].introduced
+    assert terms["embedding"].chinese == ("嵌入",)  # （词）嵌入: 词 is optional
+    assert terms["layer normalisation"].chinese == ("层归一化", "LayerNorm")
+    assert terms["eval mode"].chinese == ("评估模式", "eval 模式") and not terms["eval mode"].introduced
+    assert terms["memory"].chinese == ("记忆",)  # the note (the encoder's output) is not the term
+    assert terms["buffer"].chinese == ("缓冲区",)  # (non-persistent) buffer | （非持久）缓冲区
+    assert terms["value"].han == ()  # one character: rule 2 cannot find its first use
+    checked = {t.english for _, _, t in i18n_terms._table(i18n_terms.STYLE.read_text(encoding="utf-8"))[1]}
+    assert {"causal mask", "mask", "vocabulary"} <= checked
+    assert not {"block", "kernel", "release"} & checked  # two Chinese terms: two things
+    assert not set(i18n_terms.UNCHECKED) & checked
+    with pytest.raises(ValueError, match="line 5"):  # a row whose terms do not pair up
+        i18n_terms.parse_terms("# x\n\n| English | 中文 | 说明 |\n|---|---|---|\n| query, key | 查询 | |\n")
+
+
+def test_which_terms_a_unit_uses():
+    terms, checked = i18n_terms._table(i18n_terms.STYLE.read_text(encoding="utf-8"))
+
+    def used(english: str, chinese: str = "") -> list[str]:
+        return [t.english for t in i18n_terms.english_terms(english, chinese, checked)]
+
+    assert used("The causal masks hide the future.") == ["causal mask"]  # the longest, plural
+    assert used("Two queries and a vocabulary") == ["query", "vocabulary"]
+    assert used("the `mask` argument, $mask$ and [a link](mask.md)") == []  # code, math, targets
+    assert used("see *Attention Is All You Need*", "见 *Attention Is All You Need*") == []  # kept as is
+    assert used("initialization and the optimizer") == ["initialisation", "optimiser"]
+
+
+def test_the_terms_pass_on_the_repository():
+    assert i18n_terms.term_problems() == []
+
+
+def test_a_term_replaced_by_another_word_is_named(copy):
+    chapters, locale = copy
+    assert check(chapters, locale) == []
+    edit_unit(locale, "它们和词表一样长", lambda e: setattr(e, "msgstr", e.msgstr.replace("词表", "字典")))
+    found = check(chapters, locale)
+    assert len(found) == 1, found
+    assert "cell c27166f7 (paragraph)" in found[0] and "term 'vocabulary'" in found[0]
+    assert "lacks 词表" in found[0]
+    # A note says why the unit renders the term otherwise; a note for a term the unit's
+    # English does not use is named.
+    edit_unit(locale, "它们和字典一样长", lambda e: setattr(e, "tcomment", "term 'vocabulary': a test"))
+    assert check(chapters, locale) == []
+    edit_unit(locale, "全书的贯穿示例是一个句对", lambda e: setattr(e, "tcomment", "term 'vocabulary': stale"))
+    [found] = check(chapters, locale)
+    assert "cell 39fe71d4" in found and "term 'vocabulary'" in found and "remove the note" in found
+
+
+def test_the_english_at_first_use_is_required(copy):
+    chapters, locale = copy
+    edit_unit(locale, "**独热**（one-hot）向量", lambda e: setattr(
+        e, "msgstr", e.msgstr.replace("**独热**（one-hot）向量", "**独热**向量")))
+    found = check(chapters, locale)
+    assert len(found) == 1, found
+    assert "cell 060d09b7 (paragraph)" in found[0] and "term 'one-hot'" in found[0]
+    assert "first use in the book" in found[0] and "独热（one-hot）" in found[0]
+    # The English anywhere in the unit counts.
+    edit_unit(locale, "**独热**向量", lambda e: setattr(e, "msgstr", e.msgstr + "（one-hot）"))
+    assert check(chapters, locale) == []
+
+
+def test_a_term_an_earlier_chapter_introduced_needs_no_english(copy, monkeypatch):
+    _, locale = copy
+    later = ("02_positional_encoding",)
+    assert i18n_terms.term_problems(later, locale) == []
+    monkeypatch.setattr(i18n_terms, "EDITION", i18n_catalogues.EDITION[1:])  # no chapter 01
+    found = i18n_terms.term_problems(later, locale)
+    assert any("cell 128b890a" in f and "term 'embedding': first use in the book" in f
+               for f in found), found
+
+
+def test_the_terms_follow_the_style_page(copy, tmp_path):
+    _, locale = copy
+    style = tmp_path / "STYLE.md"
+    text = i18n_terms.STYLE.read_text(encoding="utf-8")
+    style.write_text(text.replace("| 因果掩码、填充掩码", "| 因果遮罩、填充掩码"), encoding="utf-8")
+    found = i18n_terms.term_problems(("04_causal_mask",), locale, style)
+    assert found and all("term 'causal mask'" in f and "lacks 因果遮罩" in f for f in found), found
 
 
 # --- the Chinese notebook ------------------------------------------------------------

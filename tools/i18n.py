@@ -26,7 +26,9 @@ referencing the file that writes it.
 - check (a second or two): a unit is missing, untranslated, fuzzy or stale (its English
   changed and extract has not been run); an entry's inline code, math, link targets,
   special tokens (`<bos>`) or numbers differ between English and Chinese; the Chinese
-  breaks the typography of the Chinese edition (`typography`).
+  breaks the typography of the Chinese edition (`typography`); a term of STYLE.md's
+  table is not rendered as it says, or not given in English at its first use
+  (tools/i18n_terms.py).
 - build: the Chinese notebook of each chapter: markdown translated unit by unit (refused
   while check fails), code cells and outputs untouched, each figure's Chinese caption
   and alt text in its cell's metadata (`i18n`), which the site uses. The Chinese site is

@@ -210,7 +210,9 @@ def _reference(name: str, cell: str) -> tuple[str, str]:
 
 
 def cells_of(entry: polib.POEntry) -> set[str]:
-    return {where.rsplit(":", 1)[-1] for where, _ in entry.occurrences}
+    """The cell ids of an entry's references (`#: chapters/NN.ipynb:CELL`). polib reads an
+    all-digit cell id as a line number, the second item of the occurrence."""
+    return {line or where.rsplit(":", 1)[-1] for where, line in entry.occurrences}
 
 
 def short(text: str, width: int = 70) -> str:

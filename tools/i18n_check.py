@@ -1,6 +1,7 @@
 """The check of the Chinese edition (`python -m tools.i18n check`, a second or two): every
 unit translated and current; code, math, links, tokens and numbers the same on both
-sides; the typography of the edition; the build's own strings (build.po) complete.
+sides; the typography of the edition; the terms of STYLE.md's table used, their English
+given at first use (tools/i18n_terms.py); the build's own strings (build.po) complete.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tools.i18n_catalogues import (
     source_notebook,
     unit_text,
 )
+from tools.i18n_terms import term_problems
 from tools.notebooks import CHAPTERS, ROOT
 
 # --- the check -------------------------------------------------------------------
@@ -272,11 +274,13 @@ def page_problems(pages: Path) -> list[str]:
 
 def problems(names: tuple[str, ...] = EDITION + PAGES, chapters: Path = CHAPTERS,
              locale: Path = LOCALE) -> list[str]:
-    """Everything the check reports, for the chapters and pages `names`, the build's table and the
-    Chinese site's own pages (book/locale/zh_CN/pages/, beside the catalogues)."""
+    """Everything the check reports, for the chapters and pages `names` (their units, then
+    their terms), the build's table and the Chinese site's own pages
+    (book/locale/zh_CN/pages/, beside the catalogues)."""
     found = []
     for name in names:
         found += chapter_problems(name, chapters, locale)
+    found += term_problems(names, locale)
     return found + table_problems(locale) + page_problems(locale.parent / "pages")
 
 
