@@ -877,58 +877,70 @@ print("ex1 passed")
 # to 0 and the row 0/0).
 
 # %% [markdown]
-# ### Exercise 2 · From a soft lookup to a hard one
-# Write `soft_lookup(query, keys, values, sharpness)` for one query `[d]`, keys `[n, d]`
-# and values `[n, d_v]`: the values averaged with weights
-# $\operatorname{softmax}(\text{sharpness}\cdot K q)$, a vector `[d_v]` (you may use
-# `torch.softmax`). The check tests the two limits of section 2: at sharpness 0 you must
-# get the plain mean of the values, and at a large sharpness the value of the best
-# matching key, as a Python `dict` would.
+# ### Exercise 2 · How sharp must the lookup be?
+# Section 2 turned the sharpness up by hand, to 0, 1 and 5, and printed the weights. Turn the
+# question around: write `sharpness_for(scores, p)` that, for rows of scores `[..., n]`
+# (any number of leading axes, none included) and a target `p` with $1/n < p < 1$, returns
+# the sharpness $\beta \ge 0$ (`[...]`, one per row) at which the best key of each row gets
+# weight `p`: $\max_j \operatorname{softmax}(\beta s)_j = p$. At $\beta = 0$ that weight is
+# $1/n$, and when one score is the largest it grows with $\beta$ towards 1, so exactly one
+# $\beta$ fits. For two keys a formula gives it; for more, search: double an upper bound
+# until it is sharp enough, then halve the interval. The check measures the best key's
+# weight at your sharpness, to within $10^{-5}$, on section 2's query, on batches of random
+# rows, and on a row whose best score wins by a hair (so that $\beta$ must be very large).
 
 # %%
-def soft_lookup(query, keys, values, sharpness):
-    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
+def sharpness_for(scores, p):
+    """scores [..., n], a target 1/n < p < 1 -> beta [...] >= 0 with max softmax(beta * s) = p."""
     ### BEGIN SOLUTION
-    weights = torch.softmax(sharpness * (keys @ query), dim=-1)  # [n]
-    return weights @ values  # [d_v]
+    def best_weight(beta):  # [...] -> the weight of each row's best key at that sharpness
+        return torch.softmax(beta.unsqueeze(-1) * scores, dim=-1).amax(dim=-1)
+
+    low = torch.zeros(scores.shape[:-1], dtype=scores.dtype)
+    high = torch.ones_like(low)
+    while (best_weight(high) < p).any():  # not sharp enough yet: double
+        high = torch.where(best_weight(high) < p, 2 * high, high)
+    for _ in range(100):  # the weight grows with beta: keep the half that holds p
+        middle = (low + high) / 2
+        too_soft = best_weight(middle) < p
+        low, high = torch.where(too_soft, middle, low), torch.where(too_soft, high, middle)
+    return (low + high) / 2
     ### END SOLUTION
 
 
 # %%
-#| check ex2-lookup
-def _check_lookup(n, d, d_v, seed):
-    g = torch.Generator().manual_seed(seed)
-    keys, values = torch.randn(n, d, generator=g), torch.randn(n, d_v, generator=g)
-    # a query near one of the keys
-    query = keys[int(torch.randint(0, n, (1,), generator=g))] + 0.1 * torch.randn(d, generator=g)
-    got = soft_lookup(query, keys, values, 0.0)
-    assert isinstance(got, torch.Tensor) and got.shape == (d_v,), (
-        f"{n} keys of size {d} and values [{n}, {d_v}]: expected one value-sized vector "
-        f"[{d_v}], got {list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
-    mean = values.mean(dim=0)
-    assert torch.allclose(got, mean, atol=1e-6), (
-        f"sharpness 0: every key gets weight 1/{n}, so expected the mean of the values "
-        f"{[round(v, 3) for v in mean.tolist()]}, got {[round(v, 3) for v in got.tolist()]}")
-    scores = keys @ query  # [n]
-    best = int(scores.argmax())
-    if n == 1 or scores.topk(2).values.diff().abs().item() > 0.1:  # a clear winner
-        got = soft_lookup(query, keys, values, 200.0)
-        assert torch.allclose(got, values[best], atol=1e-4), (
-            f"sharpness 200: the query matches key {best} best, so expected values[{best}] = "
-            f"{[round(v, 3) for v in values[best].tolist()]}, got {[round(v, 3) for v in got.tolist()]}")
-    want = torch.softmax(1.5 * scores, dim=-1) @ values
-    got = soft_lookup(query, keys, values, 1.5)
-    assert torch.allclose(got, want, atol=1e-6), (
-        f"sharpness 1.5: expected softmax(1.5 * keys @ query) @ values = "
-        f"{[round(v, 3) for v in want.tolist()]}, got {[round(v, 3) for v in got.tolist()]} "
-        "(the scores are sharpness * K q, with no other factor)")
+#| check ex2-sharpness points=2
+def _check_sharpness(scores, p, what):
+    got = sharpness_for(scores, p)
+    shape = list(scores.shape[:-1])
+    assert isinstance(got, torch.Tensor) and list(got.shape) == shape, (
+        f"{what}: scores {list(scores.shape)} should give one sharpness per row, {shape}, got "
+        f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+    assert got.is_floating_point() and bool((got >= 0).all()), (
+        f"{what}: expected sharpnesses >= 0 as floats, got {got.flatten()[:4].tolist()}")
+    weights = torch.softmax(got.double().unsqueeze(-1) * scores.double(), dim=-1)  # [..., n]
+    best = weights.amax(dim=-1)  # [...]: the best key's weight at your sharpness
+    gap = (best - p).abs()
+    if gap.max() > 1e-5:
+        row = tuple(int(i) for i in torch.nonzero(gap == gap.max())[0])
+        beta, weight = got[row].item(), best[row].item()
+        raise AssertionError(
+            f"{what}: at your sharpness {beta:.4g} the best key of {f'row {list(row)}' if row else 'the row'} gets weight "
+            f"{weight:.6f}, expected {p} (to within 1e-5): "
+            + ("too sharp, the sharpness is too large" if weight > p else
+               "not sharp enough; the weight grows with the sharpness"))
 
 
-_check_lookup(6, 4, 3, seed=2)
+_check_sharpness(torch.tensor([0.0, 0.0, 1.0, 3.0, 0.0]), 0.9, "section 2's query: apples 3, love 1")
+_g = torch.Generator().manual_seed(2)
+_check_sharpness(torch.randn(4, 6, generator=_g), 0.5, "4 random rows of 6 keys")
 ### BEGIN HIDDEN TESTS
-_check_lookup(9, 7, 2, seed=12)
-_check_lookup(1, 5, 4, seed=13)  # one key: its value, whatever the sharpness
-_check_lookup(4, 16, 1, seed=14)
+_check_sharpness(torch.tensor([[1.0, 0.999, 0.0], [2.0, -1.0, 0.5]]), 0.99,
+                 "a best score that wins by 0.001, and a clear one")
+_check_sharpness(torch.randn(2, 3, 5, generator=_g, dtype=torch.float64), 0.25,
+                 "float64 rows [2, 3, 5], p just above 1/5")
+_check_sharpness(torch.tensor([0.5, -0.5]), 0.999, "two keys, p near 1")
+_check_sharpness(torch.randn(1, 40, generator=_g), 0.7, "one row of 40 keys")
 ### END HIDDEN TESTS
 print("ex2 passed")
 

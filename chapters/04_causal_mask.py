@@ -705,51 +705,71 @@ for _n, _w in ((1, 1), (7, 10), (9, 5), (16, 4)):
 print("ex1 passed")
 
 # %% [markdown]
-# ### Exercise 2 · Padding masks from lengths
-# Data loaders often give each sentence's length instead of pad ids. Write
-# `mask_from_lengths(lengths, max_len)`: `lengths [B]` (integers) to a bool mask
-# `[B, 1, 1, max_len]`, True at positions $< $ the sentence's length. It must broadcast
-# against scores `[B, heads, Tq, max_len]` like `padding_mask`. The check builds padded
-# ids for given lengths (an empty sentence included), with `max_len` equal to the longest
-# length and then longer, and compares with `padding_mask`.
+# ### Exercise 2 · Several sentences in one row
+# Padding spends work on filler: in a batch of one long sentence and many short ones, most
+# positions are `<pad>`. Training code therefore often *packs* several sentences one after
+# the other into one row, and gives each token the id of its sentence, its *segment*: the
+# row `<bos> 我 <eos> <bos> 苹果 <eos>` has segments `0 0 0 1 1 1`. The mask must then keep
+# the sentences apart as well as hide the future: query $i$ may attend to key $j$ when
+# $j \le i$ **and** both are in the same segment. Write `packed_mask(segments)`: from
+# `segments` `[B, T]` (integers) to a bool mask `[B, 1, T, T]` that broadcasts over the
+# heads, True exactly there. A sentence's tokens are consecutive, but the ids are labels,
+# not counts: a loader may number its documents `17 17 17 4 4`, and the pads left at the
+# end of a row form one more segment (id `-1`, say). The check compares with masks it
+# builds itself, then runs chapter 03's attention on the packed rows with your mask: each
+# sentence must come out as it does alone.
 
 # %%
-def mask_from_lengths(lengths, max_len):
-    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
     ### BEGIN SOLUTION
-    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, None, :]
+    same = segments[:, :, None] == segments[:, None, :]  # [B, T, T]: query i and key j in one sentence
+    return (same & causal_mask(segments.size(1))[0])[:, None]  # and key j <= query i
     ### END SOLUTION
 
 
 # %%
-#| check ex2-lengths points=2
-from transformer.masks import padding_mask as _padding  # the exported function
+#| check ex2-packed points=2
+from transformer.attention import scaled_dot_product_attention as _attention  # the exported function
+from transformer.masks import causal_mask as _causal
 
 
-def _check_lengths(lengths, max_len, seed):
-    g = torch.Generator().manual_seed(seed)
-    batch = len(lengths)
-    ids = torch.randint(1, 8, (batch, max_len), generator=g)
-    ids[torch.arange(max_len)[None, :] >= lengths[:, None]] = 0  # pad after each length
-    m = mask_from_lengths(lengths, max_len)
+def _check_packed(rows, seed):
+    segments = torch.tensor(rows)  # [B, T]
+    batch, t = segments.shape
+    m = packed_mask(segments.clone())
     assert isinstance(m, torch.Tensor), f"expected a tensor, got {type(m).__name__}"
-    assert m.shape == (batch, 1, 1, max_len), (
-        f"lengths {lengths.tolist()}, max_len={max_len}: expected shape [B, 1, 1, max_len] = "
-        f"[{batch}, 1, 1, {max_len}], got {list(m.shape)}")
     assert m.dtype == torch.bool, f"expected a bool mask (True = may attend), got dtype {m.dtype}"
-    want = _padding(ids, 0)
-    for b, n in enumerate(lengths.tolist()):
-        assert torch.equal(m[b], want[b]), (
-            f"max_len={max_len}, sentence {b} of length {n}: expected True at exactly the "
-            f"first {n} positions, {want[b, 0, 0].int().tolist()}, "
-            f"got {m[b, 0, 0].int().tolist()}")
+    assert m.shape == (batch, 1, t, t), (
+        f"segments of shape [B, T] = [{batch}, {t}]: expected a mask [B, 1, T, T] = "
+        f"[{batch}, 1, {t}, {t}], got {list(m.shape)}")
+    for b, row in enumerate(rows):
+        for i in range(t):
+            for j in range(t):
+                want = j <= i and row[j] == row[i]
+                if bool(m[b, 0, i, j]) != want:
+                    why = ("key j is after query i: the future" if j > i else
+                           f"both in segment {row[i]}" if row[i] == row[j] else
+                           f"query in segment {row[i]}, key in segment {row[j]}")
+                    raise AssertionError(
+                        f"segments {row}: query {i} {'may' if want else 'may not'} attend to key {j} "
+                        f"({why}), but your mask says {bool(m[b, 0, i, j])}")
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(batch, 2, t, 4, generator=g) for _ in range(3))  # [B, heads=2, T, 4]
+    packed, _ = _attention(q, k, v, m)
+    for b, row in enumerate(rows):
+        starts = [i for i in range(t) if i == 0 or row[i] != row[i - 1]] + [t]
+        for s, e in zip(starts[:-1], starts[1:], strict=True):  # one sentence: positions s .. e-1
+            alone, _ = _attention(q[b:b + 1, :, s:e], k[b:b + 1, :, s:e], v[b:b + 1, :, s:e], _causal(e - s))
+            assert torch.allclose(packed[b:b + 1, :, s:e], alone, atol=1e-6), (
+                f"segments {row}: positions {s}..{e - 1} differ from the same sentence attended alone")
 
 
-for _max_len in (5, 7):
-    _check_lengths(torch.tensor([5, 1, 3, 0]), _max_len, seed=2)  # B = 4 sentences
+_check_packed([[0, 0, 0, 1, 1, 2], [0, 0, 1, 1, 1, 1]], seed=2)  # B = 2 rows of T = 6
 ### BEGIN HIDDEN TESTS
-_check_lengths(torch.tensor([3]), 3, seed=21)  # a batch of one, no padding at all
-_check_lengths(torch.tensor([2, 9, 4], dtype=torch.int32), 12, seed=22)
+_check_packed([[17, 17, 17, 4, 4, -1]], seed=21)  # ids as labels, and a pad segment
+_check_packed([[3]], seed=22)  # one token
+_check_packed([[0, 1, 2, 3], [5, 5, 5, 5], [2, 2, 9, 9]], seed=23)  # every token alone; one sentence
 ### END HIDDEN TESTS
 print("ex2 passed")
 

@@ -2369,54 +2369,65 @@ print("all checks passed")
 # When your notebook is graded, each check also tries cases you do not see (other shapes,
 # sizes and data types): write what the text asks for, not what fits the messages.
 #
-# ### Exercise 1 · Top-k by hand
-# Write `top_k_only(logits, k)`: a copy of `logits` ([..., vocab], any number of leading
-# axes) in which every entry outside the k largest of its row is `-inf`. Use `torch.topk`;
-# leave the input unchanged. The check compares your function with
-# `filter_logits(logits, top_k=k)` on random logits of two and three dimensions, and
-# checks that every row keeps exactly k finite entries.
+# ### Exercise 1 · Min-p sampling
+# Top-k keeps a fixed number of tokens, top-p a fixed share of the probability. *Min-p*
+# sampling (Nguyen et al. 2024) keeps every token whose probability is at least `min_p`
+# times the probability of the most likely token, $p_i \ge p_\text{min} \cdot \max_j p_j$:
+# the bar is high when the model is sure and low when it hesitates. Write
+# `min_p_filter(logits, min_p)`: a copy of `logits` (`[..., vocab]`, any number of leading
+# axes, each row on its own) in which the logits of the other tokens are `-inf`; leave the
+# input unchanged. `min_p` lies in $[0, 1]$: 0 keeps every token, 1 only the most likely
+# one (and any tied with it). Logits may already hold `-inf` (tokens the decoder blocks,
+# as `<pad>`). The check compares with the tokens it keeps itself, on logits of several
+# shapes and dtypes, `min_p` from 0 to 1.
 
 # %%
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
     ### BEGIN SOLUTION
-    kth = logits.topk(k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
+    probs = logits.softmax(dim=-1)
+    bar = min_p * probs.amax(dim=-1, keepdim=True)  # [..., 1]: each row's own bar
+    return logits.masked_fill(probs < bar, float("-inf"))
     ### END SOLUTION
 
 
 # %%
-#| check ex1-top-k
-from transformer.decoding import filter_logits as _filter  # the exported function
-
-
-def _check_top_k(shape, ks, dtype, seed):
-    logits = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+#| check ex1-min-p
+def _check_min_p(shape, min_ps, dtype, seed, blocked=0):
+    g = torch.Generator().manual_seed(seed)
+    logits = 2 * torch.randn(*shape, generator=g, dtype=dtype)
+    logits[..., :blocked] = float("-inf")  # tokens the decoder never writes
     before = logits.clone()
-    for k in ks:
-        mine = top_k_only(logits, k)
+    probs = logits.double().softmax(dim=-1)
+    for min_p in min_ps:
+        got = min_p_filter(logits, min_p)
         assert torch.equal(logits, before), (
-            "top_k_only changed its input: return a new tensor (masked_fill, not masked_fill_)")
-        assert isinstance(mine, torch.Tensor) and mine.shape == logits.shape and mine.dtype == dtype, (
+            "min_p_filter changed its input: return a new tensor (masked_fill, not masked_fill_)")
+        assert isinstance(got, torch.Tensor) and got.shape == logits.shape and got.dtype == dtype, (
             f"expected a {dtype} tensor of shape {tuple(logits.shape)}, got "
-            f"{(tuple(mine.shape), mine.dtype) if isinstance(mine, torch.Tensor) else type(mine).__name__}")
-        kept = torch.isfinite(mine).sum(-1)
-        assert bool((kept == k).all()), (
-            f"logits {tuple(logits.shape)}, k={k}: each row should keep exactly {k} finite "
-            f"logit{'s' if k > 1 else ''} (the others -inf), got {sorted(set(kept.flatten().tolist()))} per row")
-        ref = _filter(logits, top_k=k)
-        assert torch.equal(torch.isfinite(mine), torch.isfinite(ref)), (
-            f"logits {tuple(logits.shape)}, k={k}: you kept {k} entries per row, but not the "
-            "k largest of each row along the last (vocabulary) axis")
-        assert torch.equal(mine, ref), (
-            f"k={k}: the kept logits must keep their values, the others must be -inf")
+            f"{(tuple(got.shape), got.dtype) if isinstance(got, torch.Tensor) else type(got).__name__}")
+        top = probs.amax(dim=-1, keepdim=True)  # [..., 1]
+        keep = probs >= min_p * top
+        want = logits.masked_fill(~keep, float("-inf"))
+        if not torch.equal(got, want):
+            row = tuple((got != want).any(dim=-1).nonzero()[0].tolist())  # the first row that differs
+            top_p = probs[row].max().item()
+            should = (keep[row] & torch.isfinite(logits[row])).nonzero().flatten().tolist()
+            kept = torch.isfinite(got[row]).nonzero().flatten().tolist()
+            raise AssertionError(
+                f"logits {tuple(shape)} of {dtype}, min_p = {min_p}: in {f'row {list(row)}' if row else 'the row'} "
+                f"the most likely token has probability {top_p:.4f}, so the bar is {min_p} x {top_p:.4f} = "
+                f"{min_p * top_p:.4f}: expected to keep tokens {should} with their logits and to set the "
+                "others to -inf; " + (f"you kept tokens {kept}" if kept != should else
+                                      "you kept those, but changed their logits"))
 
 
-for _shape in [(6, 50), (2, 3, 7)]:  # [rows, vocab] and [batch, rows, vocab]
-    _check_top_k(_shape, (1, 3, _shape[-1]), torch.float32, seed=0)
+_check_min_p((6, 50), (0.05, 0.3), torch.float32, seed=0)  # [rows, vocab]
+_check_min_p((2, 3, 7), (0.1, 0.5), torch.float32, seed=1)  # [batch, rows, vocab]
 ### BEGIN HIDDEN TESTS
-_check_top_k((12,), (1, 5), torch.float32, seed=11)  # one row, no batch axis
-_check_top_k((2, 2, 2, 9), (2, 8), torch.float64, seed=12)
+_check_min_p((12,), (0.0, 0.2, 1.0), torch.float32, seed=11)  # one row; the ends of [0, 1]
+_check_min_p((2, 2, 2, 9), (0.01, 0.7, 1.0), torch.float64, seed=12, blocked=2)
+_check_min_p((4, 30), (0.5,), torch.float32, seed=13, blocked=1)
 ### END HIDDEN TESTS
 print("ex1 passed")
 

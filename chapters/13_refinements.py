@@ -1064,58 +1064,84 @@ _check_rotate(6, [0, 2, 4, 6, 8, 10, 12], seed=5)  # every other position
 print("ex2 passed")
 
 # %% [markdown]
-# ### Exercise 3 · Sharing key/value heads
-# Write `repeat_kv(k, num_heads)`: `k` is `[B, g, T, d]` with `g` key/value heads;
-# return `[B, num_heads, T, d]` in which query head `j` gets key/value head
-# `j // (num_heads // g)` (consecutive query heads share a head, as in
-# `GroupedQueryAttention(num_kv_heads=g)`). Read the group size from the arguments: the
-# check tries several. It compares the attention your heads give with the module's.
+# ### Exercise 3 · From multi-head to grouped-query weights
+# Section 5 turned a GQA module into an equal multi-head one by copying each key/value
+# head's rows of `k_proj` and `v_proj` to every query head of its group. The GQA paper
+# (Ainslie et al. 2023) goes the other way, to convert a trained multi-head checkpoint:
+# the key heads of a group are replaced by their **mean**, and so are the value heads
+# (then the model trains a little more). Write `pool_kv_heads(w, num_heads, num_kv_heads)`:
+# `w` is a `MultiHeadAttention`'s `k_proj` or `v_proj` weight `[num_heads·d_head, d_model]`
+# or bias `[num_heads·d_head]`; return the weight `[num_kv_heads·d_head, d_model]` or bias
+# `[num_kv_heads·d_head]` for `GroupedQueryAttention(num_kv_heads=...)`, in which
+# key/value head $j$ is the mean of the heads of group $j$ (consecutive heads, as
+# `GroupedQueryAttention` groups its query heads). Leave `w` unchanged, and read `d_head`
+# and the group size from the arguments: the check tries several. It pools the weights and
+# biases of random multi-head modules, and pools section 5's copy of a GQA module back
+# into that module.
 
 # %%
-def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """k [B, g, T, d] -> [B, num_heads, T, d]: query head j reads key/value head j // (num_heads // g)."""
+def pool_kv_heads(w: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """k_proj/v_proj weight [h·d_head, d_model] or bias [h·d_head] -> [g·d_head, ...]: each group's mean."""
     ### BEGIN SOLUTION
-    return k.repeat_interleave(num_heads // k.size(1), dim=1)
+    group, rest = num_heads // num_kv_heads, w.shape[1:]  # rest: (d_model,) for a weight, () for a bias
+    heads = w.reshape(num_kv_heads, group, -1, *rest)  # [g, group, d_head, ...]: the heads of each group
+    return heads.mean(dim=1).reshape(-1, *rest)  # [g·d_head, ...]
     ### END SOLUTION
 
 
 # %%
-#| check ex3-repeat-kv points=2
-from transformer.masks import causal_mask as _causal_mask
-from transformer.refinements import GroupedQueryAttention as _GQA  # the exported class
+#| check ex3-pool-kv points=2
+from transformer.multihead import MultiHeadAttention as _MHA  # the exported classes
+from transformer.refinements import GroupedQueryAttention as _GQA
 
 
-def _check_repeat_kv(batch, num_heads, num_kv_heads, length, d_head, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    k = torch.randn(batch, num_kv_heads, length, d_head, generator=g)
-    got = repeat_kv(k, num_heads)
-    want_shape = (batch, num_heads, length, d_head)
-    assert isinstance(got, torch.Tensor) and tuple(got.shape) == want_shape, (
-        f"{num_kv_heads} key/value heads for {num_heads} query heads: expected shape "
-        f"{want_shape}, got {getattr(got, 'shape', type(got).__name__)}")
-    for j in range(num_heads):
-        assert torch.equal(got[:, j], k[:, j // (num_heads // num_kv_heads)]), (
-            f"{num_kv_heads} key/value heads for {num_heads} query heads: query head {j} reads "
-            "the wrong key/value head (consecutive query heads share one: num_heads // g of them)")
+def _check_pool(d_model, num_heads, num_kv_heads, seed):
     torch.manual_seed(seed)
-    mha = _GQA(num_heads * d_head, num_heads, num_kv_heads=num_kv_heads).eval()
-    x = torch.randn(batch, length, num_heads * d_head, generator=g)
-    q = mha.split_heads(mha.q_proj(x))  # [B, h, T, d_head]
-    kk, vv = mha.split_heads(mha.k_proj(x)), mha.split_heads(mha.v_proj(x))  # [B, g, T, d_head]
-    out = F.scaled_dot_product_attention(q, repeat_kv(kk, num_heads), repeat_kv(vv, num_heads),
-                                         is_causal=True)
-    want = mha(x, x, x, _causal_mask(length))[0]
-    assert torch.allclose(mha.out_proj(mha.merge_heads(out)), want, atol=1e-5), (
-        f"attention with your repeated keys and values differs from GroupedQueryAttention"
-        f"({num_heads} heads, num_kv_heads={num_kv_heads})")
+    d_head, group = d_model // num_heads, num_heads // num_kv_heads
+    what = f"{num_heads} heads of d_head = {d_head} (d_model = {d_model}) into {num_kv_heads} key/value heads"
+    mha = _MHA(d_model, num_heads).eval()
+    with torch.no_grad():
+        for p in mha.parameters():
+            p.normal_()  # biases too: PyTorch starts them at 0
+    for name in ("k_proj", "v_proj"):
+        for part in ("weight", "bias"):
+            w = getattr(getattr(mha, name), part).detach()
+            before = w.clone()
+            got = pool_kv_heads(w, num_heads, num_kv_heads)
+            assert torch.equal(w, before), f"pool_kv_heads changed {name}.{part}: return a new tensor"
+            shape = (num_kv_heads * d_head, *w.shape[1:])
+            assert isinstance(got, torch.Tensor) and tuple(got.shape) == shape, (
+                f"{what}: {name}.{part} {list(w.shape)} should pool to {list(shape)}, got "
+                f"{list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__}")
+            for j in range(num_kv_heads):
+                heads = range(j * group, (j + 1) * group)  # the query heads of group j
+                want = sum(w[h * d_head:(h + 1) * d_head] for h in heads) / group
+                mine = got[j * d_head:(j + 1) * d_head]
+                gap = (mine - want).abs().max().item()
+                assert gap < 1e-5, (
+                    f"{what}: in {name}.{part}, key/value head {j} (rows {j * d_head}..{(j + 1) * d_head - 1}) "
+                    f"should be the mean of heads {heads[0]}..{heads[-1]} (rows {heads[0] * d_head}.."
+                    f"{(heads[-1] + 1) * d_head - 1} of the {num_heads}), yours differs by up to {gap:.3g}")
+    # Back the other way: a GQA module copied into a multi-head one (section 5), then pooled
+    gqa = _GQA(d_model, num_heads, num_kv_heads=num_kv_heads).eval()
+    copied = {k: v.view(num_kv_heads, d_head, *v.shape[1:]).repeat_interleave(group, 0).flatten(0, 1)
+              if k.split(".")[0] in ("k_proj", "v_proj") else v for k, v in gqa.state_dict().items()}
+    pooled = {k: pool_kv_heads(v, num_heads, num_kv_heads) if k.split(".")[0] in ("k_proj", "v_proj") else v
+              for k, v in copied.items()}
+    back = _GQA(d_model, num_heads, num_kv_heads=num_kv_heads).eval()
+    back.load_state_dict(pooled)
+    x = torch.randn(2, 5, d_model)
+    with torch.no_grad():
+        gap = (back(x, x, x)[0] - gqa(x, x, x)[0]).abs().max().item()
+    assert gap < 1e-5, f"{what}: pooling section 5's copy should give back the GQA module; outputs differ by {gap:.3g}"
 
 
-_check_repeat_kv(2, 6, 2, 5, 4)
+_check_pool(24, 6, 2, seed=0)  # groups of 3
 ### BEGIN HIDDEN TESTS
-_check_repeat_kv(1, 8, 4, 3, 2, seed=1)  # groups of 2
-_check_repeat_kv(2, 4, 1, 6, 3, seed=2)  # one key/value head: multi-query attention
-_check_repeat_kv(1, 4, 4, 2, 5, seed=3)  # as many as the query heads: plain multi-head
-_check_repeat_kv(3, 12, 3, 4, 2, seed=4)  # groups of 4
+_check_pool(16, 8, 4, seed=1)  # groups of 2, d_head = 2
+_check_pool(12, 4, 1, seed=2)  # one key/value head: multi-query attention
+_check_pool(20, 4, 4, seed=3)  # as many as the query heads: nothing to pool
+_check_pool(48, 12, 3, seed=4)  # groups of 4
 ### END HIDDEN TESTS
 print("ex3 passed")
 

@@ -6,42 +6,43 @@ the whole source of the exercise's solution cell, as a student would return it.
 """
 
 NEAR_MISSES = {
-    "ex1-one-hot": {
-        "lets F.one_hot infer the length from the ids (max id + 1), not from the table": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    return F.one_hot(ids).to(weight.dtype) @ weight
+    "ex1-nearest": {
+        "the largest dot product x . row, as the tied output layer scores tokens": '''
+def nearest_ids(x: torch.Tensor, embed: TokenEmbedding) -> torch.Tensor:
+    """x [..., d_model] -> ids [...] (int64): the token whose looked-up vector is nearest."""
+    vectors = embed.embedding.weight.detach() * embed.scale  # [V, d_model]
+    return (x @ vectors.T).argmax(dim=-1)
 ''',
-        "multiplies by sqrt(d) as TokenEmbedding does (the exercise is the bare table)": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    one_hot = F.one_hot(ids, num_classes=weight.size(0)).to(weight.dtype)
-    return one_hot @ weight * math.sqrt(weight.size(1))
+        "forgets the scale: the nearest row of the table, not of what embed returns": '''
+def nearest_ids(x: torch.Tensor, embed: TokenEmbedding) -> torch.Tensor:
+    """x [..., d_model] -> ids [...] (int64): the token whose looked-up vector is nearest."""
+    rows = embed.embedding.weight.detach()  # [V, d_model]
+    return (x.unsqueeze(-2) - rows).pow(2).sum(dim=-1).argmin(dim=-1)
 ''',
-        "flattens the ids and never restores their shape": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    return F.one_hot(ids.reshape(-1), num_classes=weight.size(0)).to(weight.dtype) @ weight
+        "always multiplies by sqrt(d_model), whether embed scales or not": '''
+def nearest_ids(x: torch.Tensor, embed: TokenEmbedding) -> torch.Tensor:
+    """x [..., d_model] -> ids [...] (int64): the token whose looked-up vector is nearest."""
+    vectors = embed.embedding.weight.detach() * math.sqrt(embed.d_model)  # [V, d_model]
+    return (x.unsqueeze(-2) - vectors).pow(2).sum(dim=-1).argmin(dim=-1)
 ''',
-        "keeps the one-hot vectors as integers (int64 @ float32)": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    return F.one_hot(ids, num_classes=weight.size(0)) @ weight
+        "looks for the row equal to the vector: nothing matches once it has moved": '''
+def nearest_ids(x: torch.Tensor, embed: TokenEmbedding) -> torch.Tensor:
+    """x [..., d_model] -> ids [...] (int64): the token whose looked-up vector is nearest."""
+    vectors = embed.embedding.weight.detach() * embed.scale  # [V, d_model]
+    return (x.unsqueeze(-2) == vectors).all(dim=-1).long().argmax(dim=-1)
 ''',
-        "indexes the table, which the exercise forbids": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    return weight[ids]
+        "torch.cdist on the vectors as a batch of rows: fails on a single vector": '''
+def nearest_ids(x: torch.Tensor, embed: TokenEmbedding) -> torch.Tensor:
+    """x [..., d_model] -> ids [...] (int64): the token whose looked-up vector is nearest."""
+    vectors = embed.embedding.weight.detach() * embed.scale  # [V, d_model]
+    return torch.cdist(x, vectors).argmin(dim=-1)
 ''',
-        "F.embedding, which the exercise forbids": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    return F.embedding(ids, weight)
-''',
-        "one-hot vectors in float32 whatever the table (fails on float64)": '''
-def one_hot_lookup(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """ids [...] (integer), weight [V, d] -> [..., d], as one_hot(ids) @ weight."""
-    return F.one_hot(ids, num_classes=weight.size(0)).float() @ weight
+        "flattens the vectors to [N, d_model] and returns N ids in a row": '''
+def nearest_ids(x: torch.Tensor, embed: TokenEmbedding) -> torch.Tensor:
+    """x [..., d_model] -> ids [...] (int64): the token whose looked-up vector is nearest."""
+    vectors = embed.embedding.weight.detach() * embed.scale  # [V, d_model]
+    flat = x.reshape(-1, x.size(-1))  # [N, d_model]
+    return torch.cdist(flat, vectors).argmin(dim=-1)
 ''',
     },
     "ex2-renumber": {
@@ -62,72 +63,169 @@ def renumber(weight: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
     return weight
 ''',
     },
-    "ex3-init": {
-        "uses 1/d as the standard deviation (it is the variance)": '''
-def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
-    """Fill embedding.weight [V, d] from N(0, 1/d) in place, zero the padding row; return it."""
-    d = embedding.embedding_dim
+    "ex3-grow": {
+        "draws the new rows from N(0, 1/d_model) whatever embed's init_std": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            padding_idx=embed.embedding.padding_idx, scale=embed.scale != 1.0)
+    bigger = bigger.to(embed.embedding.weight.dtype)
     with torch.no_grad():
-        embedding.weight.normal_(0.0, 1 / d)
-        if embedding.padding_idx is not None:
-            embedding.weight[embedding.padding_idx].zero_()
-    return embedding
+        bigger.embedding.weight.normal_(0.0, embed.d_model ** -0.5)
+        bigger.embedding.weight[:embed.vocab_size] = embed.embedding.weight
+    return bigger
 ''',
-        "forgets to zero the padding row": '''
-def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
-    """Fill embedding.weight [V, d] from N(0, 1/d) in place, zero the padding row; return it."""
-    nn.init.normal_(embedding.weight, 0.0, embedding.embedding_dim ** -0.5)
-    return embedding
-''',
-        "replaces the weight by a new Parameter instead of filling it in place": '''
-def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
-    """Fill embedding.weight [V, d] from N(0, 1/d) in place, zero the padding row; return it."""
-    V, d = embedding.weight.shape
-    weight = torch.randn(V, d) * d ** -0.5
-    if embedding.padding_idx is not None:
-        weight[embedding.padding_idx] = 0
-    embedding.weight = nn.Parameter(weight)
-    return embedding
-''',
-        "zeroes weight[padding_idx] without testing for None (weight[None] is the whole table)": '''
-def init_scaled_(embedding: nn.Embedding) -> nn.Embedding:
-    """Fill embedding.weight [V, d] from N(0, 1/d) in place, zero the padding row; return it."""
+        "draws the new rows with the old rows' measured std, not init_std": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    old = embed.embedding.weight.detach()
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            padding_idx=embed.embedding.padding_idx,
+                            scale=embed.scale != 1.0, init_std=old.std().item())
+    bigger = bigger.to(old.dtype)
     with torch.no_grad():
-        embedding.weight.normal_(0.0, embedding.embedding_dim ** -0.5)
-        embedding.weight[embedding.padding_idx] = 0
-    return embedding
+        bigger.embedding.weight[:embed.vocab_size] = old
+    return bigger
+''',
+        "appends rows of zeros": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            padding_idx=embed.embedding.padding_idx,
+                            scale=embed.scale != 1.0, init_std=embed.init_std)
+    bigger = bigger.to(embed.embedding.weight.dtype)
+    with torch.no_grad():
+        bigger.embedding.weight.zero_()
+        bigger.embedding.weight[:embed.vocab_size] = embed.embedding.weight
+    return bigger
+''',
+        "a fresh table of the new size: the old rows are drawn again, not copied": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            padding_idx=embed.embedding.padding_idx,
+                            scale=embed.scale != 1.0, init_std=embed.init_std)
+    return bigger.to(embed.embedding.weight.dtype)
+''',
+        "swaps a longer table into embed itself: vocab_size still counts the old tokens": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    old = embed.embedding.weight.detach()
+    new_rows = torch.randn(n_new, embed.d_model, dtype=old.dtype) * embed.init_std
+    embed.embedding = nn.Embedding.from_pretrained(torch.cat([old, new_rows]), freeze=False,
+                                                   padding_idx=embed.embedding.padding_idx)
+    return embed
+''',
+        "forgets the padding index: the <pad> row is copied as zeros, then trained": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            scale=embed.scale != 1.0, init_std=embed.init_std)
+    bigger = bigger.to(embed.embedding.weight.dtype)
+    with torch.no_grad():
+        bigger.embedding.weight[:embed.vocab_size] = embed.embedding.weight
+    return bigger
+''',
+        "always scale=True, the default: a table without the scale comes back scaled": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            padding_idx=embed.embedding.padding_idx, init_std=embed.init_std)
+    bigger = bigger.to(embed.embedding.weight.dtype)
+    with torch.no_grad():
+        bigger.embedding.weight[:embed.vocab_size] = embed.embedding.weight
+    return bigger
+''',
+        "keeps the new table in float32 whatever embed's dtype": '''
+def grow(embed: TokenEmbedding, n_new: int) -> TokenEmbedding:
+    """A new TokenEmbedding of embed.vocab_size + n_new tokens: old rows kept, new rows drawn."""
+    bigger = TokenEmbedding(embed.vocab_size + n_new, embed.d_model,
+                            padding_idx=embed.embedding.padding_idx,
+                            scale=embed.scale != 1.0, init_std=embed.init_std)
+    with torch.no_grad():
+        bigger.embedding.weight[:embed.vocab_size] = embed.embedding.weight
+    return bigger
 ''',
     },
-    "ex4-sparse-grad": {
-        "builds the TokenEmbedding without padding_idx, so <pad> is trained": '''
-def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: int) -> list[int]:
-    """ids [B, T] -> sorted row indices of the table that receive a non-zero gradient."""
-    module = TokenEmbedding(vocab_size, d_model)
-    module(ids).sum().backward()
-    grad = module.embedding.weight.grad  # [vocab_size, d_model]
-    return grad.abs().sum(dim=1).nonzero().flatten().tolist()
+    "ex4-grad": {
+        "assigns grad[ids] = grad_out: a repeated token keeps one position's gradient, not the sum": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    grad = torch.zeros(vocab_size, grad_out.size(-1), dtype=grad_out.dtype)
+    grad[ids] = grad_out * scale
+    if padding_idx is not None:
+        grad[padding_idx] = 0.0
+    return grad
 ''',
-        "takes nonzero() of the whole gradient: each row once per non-zero entry": '''
-def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: int) -> list[int]:
-    """ids [B, T] -> sorted row indices of the table that receive a non-zero gradient."""
-    module = TokenEmbedding(vocab_size, d_model, padding_idx=padding_idx)
-    module(ids).sum().backward()
-    return module.embedding.weight.grad.nonzero()[:, 0].tolist()
+        "forgets the scale": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    d = grad_out.size(-1)
+    grad = torch.zeros(vocab_size, d, dtype=grad_out.dtype)
+    grad.index_add_(0, ids.reshape(-1), grad_out.reshape(-1, d))
+    if padding_idx is not None:
+        grad[padding_idx] = 0.0
+    return grad
 ''',
-        "returns a tensor of indices, not a list": '''
-def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: int) -> list[int]:
-    """ids [B, T] -> sorted row indices of the table that receive a non-zero gradient."""
-    module = TokenEmbedding(vocab_size, d_model, padding_idx=padding_idx)
-    module(ids).sum().backward()
-    return module.embedding.weight.grad.abs().sum(dim=1).nonzero().flatten()
+        "forgets the padding row": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    one_hot = F.one_hot(ids.reshape(-1), vocab_size).to(grad_out.dtype)  # [N, V]
+    return one_hot.T @ grad_out.reshape(-1, grad_out.size(-1)) * scale
 ''',
-        "hard-codes <pad> = 0 instead of using the padding_idx argument": '''
-def rows_updated(vocab_size: int, d_model: int, ids: torch.Tensor, padding_idx: int) -> list[int]:
-    """ids [B, T] -> sorted row indices of the table that receive a non-zero gradient."""
-    module = TokenEmbedding(vocab_size, d_model, padding_idx=0)
-    module(ids).sum().backward()
-    grad = module.embedding.weight.grad  # [vocab_size, d_model]
-    return grad.abs().sum(dim=1).nonzero().flatten().tolist()
+        "zeroes grad[padding_idx] without testing for None (grad[None] is the whole table)": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    one_hot = F.one_hot(ids.reshape(-1), vocab_size).to(grad_out.dtype)  # [N, V]
+    grad = one_hot.T @ grad_out.reshape(-1, grad_out.size(-1)) * scale
+    grad[padding_idx] = 0.0
+    return grad
+''',
+        "loops over ids.shape[0] and ids.shape[1]: ids [B, T] only": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    grad = torch.zeros(vocab_size, grad_out.size(-1), dtype=grad_out.dtype)
+    for b in range(ids.shape[0]):
+        for t in range(ids.shape[1]):
+            grad[ids[b, t]] += scale * grad_out[b, t]
+    if padding_idx is not None:
+        grad[padding_idx] = 0.0
+    return grad
+''',
+        "a float32 gradient whatever grad_out's dtype": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    d = grad_out.size(-1)
+    one_hot = F.one_hot(ids.reshape(-1), vocab_size).float()  # [N, V]
+    grad = one_hot.T @ grad_out.reshape(-1, d).float() * scale
+    if padding_idx is not None:
+        grad[padding_idx] = 0.0
+    return grad
+''',
+        "autograd through section 2's one-hot product, which the exercise forbids": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    weight = torch.zeros(vocab_size, grad_out.size(-1), dtype=grad_out.dtype, requires_grad=True)
+    (F.one_hot(ids, vocab_size).to(grad_out.dtype) @ weight * scale).backward(grad_out)
+    grad = weight.grad
+    if padding_idx is not None:
+        grad[padding_idx] = 0.0
+    return grad
+''',
+        "lets autograd do it (F.embedding and backward), which the exercise forbids": '''
+def embedding_grad(ids: torch.Tensor, grad_out: torch.Tensor, vocab_size: int, scale: float,
+                   padding_idx: int | None = None) -> torch.Tensor:
+    """ids [...] (integer), grad_out [..., d] -> the gradient of the table [vocab_size, d]."""
+    weight = torch.zeros(vocab_size, grad_out.size(-1), dtype=grad_out.dtype, requires_grad=True)
+    (F.embedding(ids, weight, padding_idx=padding_idx) * scale).backward(grad_out)
+    return weight.grad
 ''',
     },
     "ex5-xavier": {

@@ -67,33 +67,64 @@ def attention_weights(q, k):
     return e / e.sum(dim=-1, keepdim=True)
 ''',
     },
-    "ex2-lookup": {
-        "exp of the scores without normalising them (sharpness 0 gives the sum)": '''
-def soft_lookup(query, keys, values, sharpness):
-    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
-    weights = torch.exp(sharpness * (keys @ query))  # [n]
-    return weights @ values
+    "ex2-sharpness": {
+        "the two-key formula log(p / (1 - p)) / (best - second), for any number of keys": '''
+def sharpness_for(scores, p):
+    """scores [..., n], a target 1/n < p < 1 -> beta [...] >= 0 with max softmax(beta * s) = p."""
+    top2 = scores.topk(2, dim=-1).values  # [..., 2]
+    return math.log(p / (1 - p)) / (top2[..., 0] - top2[..., 1])
 ''',
-        "also divides by sqrt(d), as attention does": '''
-def soft_lookup(query, keys, values, sharpness):
-    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
-    weights = torch.softmax(sharpness * (keys @ query) / math.sqrt(query.size(-1)), dim=-1)
-    return weights @ values
+        "searches only in [0, 100]: a best score that wins by a hair needs more": '''
+def sharpness_for(scores, p):
+    """scores [..., n], a target 1/n < p < 1 -> beta [...] >= 0 with max softmax(beta * s) = p."""
+    low = torch.zeros(scores.shape[:-1], dtype=scores.dtype)
+    high = torch.full_like(low, 100.0)
+    for _ in range(100):
+        middle = (low + high) / 2
+        too_soft = torch.softmax(middle.unsqueeze(-1) * scores, dim=-1).amax(dim=-1) < p
+        low, high = torch.where(too_soft, middle, low), torch.where(too_soft, high, middle)
+    return (low + high) / 2
 ''',
-        "divides the scores by the sharpness (a temperature) instead of multiplying": '''
-def soft_lookup(query, keys, values, sharpness):
-    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
-    weights = torch.softmax((keys @ query) / sharpness, dim=-1)
-    return weights @ values
+        "stops after ten halvings of [0, 10]": '''
+def sharpness_for(scores, p):
+    """scores [..., n], a target 1/n < p < 1 -> beta [...] >= 0 with max softmax(beta * s) = p."""
+    low = torch.zeros(scores.shape[:-1], dtype=scores.dtype)
+    high = torch.full_like(low, 10.0)
+    for _ in range(10):
+        middle = (low + high) / 2
+        too_soft = torch.softmax(middle.unsqueeze(-1) * scores, dim=-1).amax(dim=-1) < p
+        low, high = torch.where(too_soft, middle, low), torch.where(too_soft, high, middle)
+    return (low + high) / 2
 ''',
-        "hard-codes the values the visible test prints": '''
-def soft_lookup(query, keys, values, sharpness):
-    """query [d], keys [n, d], values [n, d_v] -> [d_v]."""
-    if sharpness == 0:
-        return values.mean(dim=0)
-    if sharpness > 100:
-        return values[1]
-    return torch.softmax(sharpness * (keys @ query), dim=-1) @ values
+        "one sharpness for the whole batch, from the mean weight of the best keys": '''
+def sharpness_for(scores, p):
+    """scores [..., n], a target 1/n < p < 1 -> beta [...] >= 0 with max softmax(beta * s) = p."""
+    def best_weight(beta):
+        return torch.softmax(beta * scores, dim=-1).amax(dim=-1).mean().item()
+
+    low, high = 0.0, 1.0
+    while best_weight(high) < p:
+        high *= 2
+    for _ in range(100):
+        middle = (low + high) / 2
+        low, high = (middle, high) if best_weight(middle) < p else (low, middle)
+    return torch.full(scores.shape[:-1], (low + high) / 2)
+''',
+        "returns the temperature 1 / beta instead of the sharpness": '''
+def sharpness_for(scores, p):
+    """scores [..., n], a target 1/n < p < 1 -> beta [...] >= 0 with max softmax(beta * s) = p."""
+    def best_weight(beta):
+        return torch.softmax(beta.unsqueeze(-1) * scores, dim=-1).amax(dim=-1)
+
+    low = torch.zeros(scores.shape[:-1], dtype=scores.dtype)
+    high = torch.ones_like(low)
+    while (best_weight(high) < p).any():
+        high = torch.where(best_weight(high) < p, 2 * high, high)
+    for _ in range(100):
+        middle = (low + high) / 2
+        too_soft = best_weight(middle) < p
+        low, high = torch.where(too_soft, middle, low), torch.where(too_soft, high, middle)
+    return 2 / (low + high)
 ''',
     },
     "ex3-raw": {

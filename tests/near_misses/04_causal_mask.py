@@ -54,27 +54,57 @@ def sliding_window_mask(size, window):
     return ones.tril() & ones.triu(-window)
 ''',
     },
-    "ex2-lengths": {
-        "uses <= instead of < (one pad too many counted as a word)": '''
-def mask_from_lengths(lengths, max_len):
-    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
-    return (torch.arange(max_len)[None, :] <= lengths[:, None])[:, None, None, :]
+    "ex2-packed": {
+        "same segment only: a token reads the rest of its sentence, its future included": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    return (segments[:, :, None] == segments[:, None, :])[:, None]
 ''',
-        "returns [B, max_len] without the two singleton axes": '''
-def mask_from_lengths(lengths, max_len):
-    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
-    return torch.arange(max_len)[None, :] < lengths[:, None]
+        "the causal mask only: each sentence reads the ones packed before it": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    b, t = segments.shape
+    return causal_mask(t).expand(b, 1, t, t)
 ''',
-        "puts the key axis in the query slot, [B, 1, max_len, 1]": '''
-def mask_from_lengths(lengths, max_len):
-    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
-    return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :, None]
+        "the causal part turned round (key j >= query i): the future, not the past": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    t = segments.size(1)
+    same = segments[:, :, None] == segments[:, None, :]
+    return (same & torch.ones(t, t, dtype=torch.bool).triu())[:, None]
 ''',
-        "sizes the mask by the longest length instead of max_len": '''
-def mask_from_lengths(lengths, max_len):
-    """lengths [B] -> bool [B, 1, 1, max_len]: True where position < length."""
-    positions = torch.arange(int(lengths.max()))
-    return (positions[None, :] < lengths[:, None])[:, None, None, :]
+        "returns [B, T, T], without the heads axis": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    same = segments[:, :, None] == segments[:, None, :]
+    return same & causal_mask(segments.size(1))[0]
+''',
+        "every row split as the first row is (segments[0])": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    b, t = segments.shape
+    same = segments[0][:, None] == segments[0][None, :]
+    return (same & causal_mask(t)[0, 0]).expand(b, 1, t, t)
+''',
+        "sentence lengths from torch.unique, which sorts the ids: right only for ids 0, 1, 2 in order": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    rows = []
+    for row in segments:
+        _, lengths = torch.unique(row, return_counts=True)
+        blocks = [torch.ones(n, n, dtype=torch.bool).tril() for n in lengths.tolist()]
+        rows.append(torch.block_diag(*blocks))
+    return torch.stack(rows)[:, None]
+''',
+        "sentence lengths from torch.bincount: ids taken as counts from 0": '''
+def packed_mask(segments):
+    """segments [B, T] -> bool [B, 1, T, T]: True where key j <= query i, in the same segment."""
+    rows = []
+    for row in segments:
+        lengths = torch.bincount(row)
+        blocks = [torch.ones(n, n, dtype=torch.bool).tril() for n in lengths.tolist()]
+        rows.append(torch.block_diag(*blocks))
+    return torch.stack(rows)[:, None]
 ''',
     },
     "ex3-additive": {

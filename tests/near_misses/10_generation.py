@@ -6,42 +6,59 @@ the whole source of the exercise's solution cell, as a student would return it.
 """
 
 NEAR_MISSES = {
-    "ex1-top-k": {
-        "uses <= instead of < (the k-th largest is removed too)": '''
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
-    kth = logits.topk(k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits <= kth, float("-inf"))
+    "ex1-min-p": {
+        "an absolute bar: p < min_p, not min_p times the largest p": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    probs = logits.softmax(dim=-1)
+    return logits.masked_fill(probs < min_p, float("-inf"))
 ''',
-        "takes the largest value as the threshold instead of the k-th": '''
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
-    kth = logits.topk(k, dim=-1).values[..., :1]
-    return logits.masked_fill(logits < kth, float("-inf"))
+        "the bar on the logits: logit < min_p times the largest logit": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    return logits.masked_fill(logits < min_p * logits.amax(dim=-1, keepdim=True), float("-inf"))
+''',
+        "one bar for the whole tensor: the largest p of all rows": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    probs = logits.softmax(dim=-1)
+    return logits.masked_fill(probs < min_p * probs.max(), float("-inf"))
+''',
+        "<= instead of <: the most likely token goes too when min_p is 1": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    probs = logits.softmax(dim=-1)
+    bar = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs <= bar, float("-inf"))
+''',
+        "softmax along the first axis, which is the vocabulary only for one row": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    probs = logits.softmax(dim=0)
+    bar = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < bar, float("-inf"))
 ''',
         "masks in place (masked_fill_): the caller's logits change": '''
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
-    kth = logits.topk(k, dim=-1).values[..., -1:]
-    return logits.masked_fill_(logits < kth, float("-inf"))
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    probs = logits.softmax(dim=-1)
+    bar = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill_(probs < bar, float("-inf"))
 ''',
-        "top-k along dim 1, which is the vocabulary only for 2-D logits": '''
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
-    kth = logits.topk(k, dim=1).values[..., -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
+        "returns the kept probabilities instead of the logits": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    probs = logits.softmax(dim=-1)
+    bar = min_p * probs.amax(dim=-1, keepdim=True)
+    return probs.masked_fill(probs < bar, float("-inf"))
 ''',
-        "sets the removed logits to 0 instead of -inf (they keep probability)": '''
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
-    kth = logits.topk(k, dim=-1).values[..., -1:]
-    return logits.masked_fill(logits < kth, 0.0)
-''',
-        "the k-th value with [:, -1:], right for two axes only": '''
-def top_k_only(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """[..., vocab] -> [..., vocab] with all but the k largest per row set to -inf."""
-    kth = logits.topk(k, dim=-1).values[:, -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
+        "computes in float32 whatever the dtype of the logits": '''
+def min_p_filter(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """[..., vocab] -> [..., vocab]: -inf where p < min_p * (the row's largest p), logits elsewhere."""
+    logits = logits.float()
+    probs = logits.softmax(dim=-1)
+    bar = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < bar, float("-inf"))
 ''',
     },
     "ex2-repetition": {

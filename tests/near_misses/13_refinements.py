@@ -13,9 +13,9 @@ ROTATE = '''
 def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """x [T, d], positions [T] -> x with each pair (2i, 2i+1) of row t turned by positions[t] * 10000**(-2i/d)."""
 '''
-REPEAT = '''
-def repeat_kv(k: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """k [B, g, T, d] -> [B, num_heads, T, d]: query head j reads key/value head j // (num_heads // g)."""
+POOL = '''
+def pool_kv_heads(w: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """k_proj/v_proj weight [h·d_head, d_model] or bias [h·d_head] -> [g·d_head, ...]: each group's mean."""
 '''
 SWIGLU = '''
 def swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
@@ -124,9 +124,10 @@ transformer.refinements.RotaryEmbedding.forward = lambda self, x, start=0: x
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 ''',
     },
-    "ex3-repeat-kv": {
-        "the group size read off the check's message: repeat_interleave(3) (issue 20)": REPEAT + '''
-    return k.repeat_interleave(3, dim=1)
+    "ex3-pool-kv": {
+        "the visible case's numbers read off the check's message: 6 heads into 2, groups of 3 (issue 20)": POOL + '''
+    rest = w.shape[1:]
+    return w.reshape(2, 3, -1, *rest).mean(dim=1).reshape(-1, *rest)
 ''',
         "cheat: reads the teacher's notebook from disk and runs its solution (issue 20)": '''
 import json
@@ -136,20 +137,34 @@ import transformer
 
 _book = pathlib.Path(transformer.__file__).resolve().parent.parent / "chapters"
 for _cell in json.loads((_book / "13_refinements.ipynb").read_text())["cells"]:
-    if "def repeat_kv" in "".join(_cell["source"]):
+    if "def pool_kv_heads" in "".join(_cell["source"]):
         exec("".join(_cell["source"]))
 ''',
-        "tiles the heads (head j reads j % g), as k.repeat does": REPEAT + '''
-    return k.repeat(1, num_heads // k.size(1), 1, 1)
+        "tiled groups: key/value head j the mean of heads j, j + g, j + 2g, ... (as k.repeat pairs them)": POOL + '''
+    group, rest = num_heads // num_kv_heads, w.shape[1:]
+    return w.reshape(group, num_kv_heads, -1, *rest).mean(dim=0).reshape(-1, *rest)
 ''',
-        "the group size from the batch axis": REPEAT + '''
-    return k.repeat_interleave(num_heads // k.size(0), dim=1)
+        "keeps the first head of each group instead of the mean": POOL + '''
+    group, rest = num_heads // num_kv_heads, w.shape[1:]
+    return w.reshape(num_kv_heads, group, -1, *rest)[:, 0].reshape(-1, *rest)
 ''',
-        "repeats along the batch axis": REPEAT + '''
-    return k.repeat_interleave(num_heads // k.size(1), dim=0)
+        "sums the heads of a group instead of averaging them": POOL + '''
+    group, rest = num_heads // num_kv_heads, w.shape[1:]
+    return w.reshape(num_kv_heads, group, -1, *rest).sum(dim=1).reshape(-1, *rest)
 ''',
-        "expands to num_heads copies of the first head": REPEAT + '''
-    return k[:, :1].expand(-1, num_heads, -1, -1)
+        "averages neighbouring rows, not whole heads": POOL + '''
+    group, rest = num_heads // num_kv_heads, w.shape[1:]
+    return w.reshape(-1, group, *rest).mean(dim=1)
+''',
+        "a weight's two axes assumed: the bias [h·d_head] does not fit": POOL + '''
+    group, d_head = num_heads // num_kv_heads, w.size(0) // num_heads
+    return w.reshape(num_kv_heads, group, d_head, w.size(1)).mean(dim=1).reshape(num_kv_heads * d_head, w.size(1))
+''',
+        "averages in place of the first head of each group, in w itself": POOL + '''
+    group, rest = num_heads // num_kv_heads, w.shape[1:]
+    heads = w.view(num_kv_heads, group, -1, *rest)
+    heads[:, 0] = heads.mean(dim=1)
+    return heads[:, 0].reshape(-1, *rest)
 ''',
     },
     "ex4-swiglu": {
