@@ -132,9 +132,9 @@ execute: $(STAMP) ## NB=chapters/03_attention.py: run one chapter in a fresh ker
 # The shipped translator: chapter 09 run with saving switched on (a plain run of the
 # chapter trains and checks, but leaves the shipped file alone). MODEL=lm: the language
 # model that chapter 11 loads, with chapter 12's train command on transformer/configs/lm.toml
-# (about 11 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the same
+# (about 14 minutes on 2 quiet cores), from scratch in runs/lm-checkpoint (run the same
 # train command by hand to resume an interrupted run), then copied into the package.
-checkpoint: $(STAMP) ## retrain and ship chapter 09's translator; MODEL=lm: chapter 11's language model (~11 min)
+checkpoint: $(STAMP) ## retrain and ship chapter 09's translator; MODEL=lm: chapter 11's language model (~14 min)
 ifeq ($(MODEL),lm)
 	rm -rf runs/lm-checkpoint
 	$(PY) -m transformer train transformer/configs/lm.toml --out runs/lm-checkpoint --no-progress

@@ -124,9 +124,8 @@ print("decoder output:", tuple(states.shape), " <- one vector per position, not 
 #| export
 import copy
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -145,16 +144,14 @@ class PretrainedModel(nn.Module):
     and calls `reset_buffers(device)` on every submodule that has it, so that computed,
     unsaved tables are rebuilt on the device of the parameters.
 
-    `model.generate(...)` writes token ids (greedy, sampling, beam search); decoding is
-    chapter 10's subject, which plugs its `generate` in as `generate_function`.
+    `model.generate(...)` writes token ids (greedy, sampling, beam search) with chapter
+    10's `generate`, imported when a model first generates: decoding is chapter 10's
+    subject.
 
     Args:
         config: the constructor's arguments, JSON-able (str, int, float, bool, None,
             lists and dicts of them).
     """
-
-    # Set by chapter 10 (transformer.generation.generate): a chapter never imports a later one.
-    generate_function: ClassVar[Callable[..., torch.Tensor] | None] = None
 
     def __init__(self, config: dict):
         super().__init__()
@@ -207,10 +204,11 @@ class PretrainedModel(nn.Module):
         Returns:
             The ids, as generate returns them.
         """
-        function = PretrainedModel.generate_function
-        if function is None:  # only if transformer.generation was never imported
-            raise RuntimeError("generation is built in chapter 10: import transformer.generation first")
-        return function(self, input_ids, max_new_tokens, **options)
+        # Imported here, when a model first generates, and not with this module: this chapter
+        # runs without the chapters after it, and chapter 10 builds decoding on this class.
+        from transformer.generation import generate
+
+        return generate(self, input_ids, max_new_tokens, **options)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: torch.device | str = "cpu") -> Self:

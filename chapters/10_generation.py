@@ -517,10 +517,6 @@ class IncrementalDecoder:
                  use_cache: bool = True, capacity: int | None = None):
         self.model = cast(Any, model)  # a Transformer, or a decoder-only model (duck-typed)
         self.memory, self.src_mask = memory, src_mask
-        # A mask that hides nothing means the same as no mask, and attention given none
-        # skips all work on it: a source without padding (any batch of one) is read
-        # unmasked at every step. Checked once: keeping rows (reorder) keeps it true.
-        self.hides_source = src_mask is not None and not bool(src_mask.all())
         self.use_cache = _check_bool("use_cache", use_cache)
         size: int = self.model.max_len if capacity is None else _check_int("capacity", capacity)
         # One cache per decoder layer: "self" grows by a position per step, "cross" is filled once.
@@ -547,14 +543,10 @@ class IncrementalDecoder:
             return self.model.decode(tokens, self.memory, self.src_mask)[:, -1]
         new = tokens[:, self.seen:]  # [batch, n]: positions the caches have not seen
         n, total = new.size(1), tokens.size(1)
-        real = padding_mask(tokens, self.model.pad_id)  # [batch, 1, 1, total]: real keys
-        tgt_mask: Tensor | None = real
-        if n > 1:  # new query i sits at position seen + i: it may see keys 0 .. seen + i
-            tgt_mask = real & torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)
-        elif bool(real.all()):  # one query and no padding among its keys: nothing to hide
-            tgt_mask = None
-        memory_mask = self.src_mask if self.hides_source else None
-        logits = self.model.decode(new, self.memory, memory_mask, tgt_mask,
+        # New query i sits at position seen + i: it may see the real keys 0 .. seen + i.
+        causal = torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)  # [n, total]
+        tgt_mask = padding_mask(tokens, self.model.pad_id) & causal  # [batch, 1, n, total]
+        logits = self.model.decode(new, self.memory, self.src_mask, tgt_mask,
                                    caches=self.caches, start=self.seen)  # [batch, n, V]
         self.seen = total
         return logits[:, -1]
@@ -632,12 +624,9 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
     """
     try:
-        # inference_mode is no_grad and more: it also skips autograd's bookkeeping on every
-        # tensor (version counters, view tracking), which a loop of small steps feels.
-        with torch.inference_mode():
-            out = _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
-                        stopping_criteria)
-        return out.clone()  # a normal tensor again: the caller may write into it or train on it
+        with torch.no_grad():
+            return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
+                         stopping_criteria)
     finally:
         if streamer is not None:
             streamer.end()  # type: ignore[attr-defined]
@@ -1985,8 +1974,8 @@ print("stderr:", result.stderr.strip(), "| exit status:", result.returncode)
 # answers with `num_return_sequences`, special ids from the model's config. An
 # encoder-decoder model reads `input_ids` as its source; a decoder-only model (chapter
 # 11) continues them as a prompt, left-padded with an `attention_mask` when prompts
-# differ in length. Chapter 08's `PretrainedModel.generate` calls whatever
-# `PretrainedModel.generate_function` holds; the next cell plugs `generate` in there.
+# differ in length. Chapter 08's `PretrainedModel.generate` imports this function when a
+# model first generates, so every model of the book has `model.generate(...)`.
 
 # %%
 #| export
@@ -2008,7 +1997,7 @@ from transformer.decoding import (
     eval_mode,
 )
 from transformer.kv_cache import IncrementalDecoder
-from transformer.model import PretrainedModel, Transformer
+from transformer.model import Transformer
 
 
 def _special_id(model: nn.Module, name: str, given: int | None) -> int:
@@ -2217,10 +2206,6 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
             out = _autoregressive(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens,
                                   streamer, stopping_criteria)
     return _left_align(out, lengths, input_ids.size(1), pad_id)
-
-
-# Every model built on chapter 08's PretrainedModel now has model.generate(...).
-PretrainedModel.generate_function = generate
 
 
 # %% [markdown]

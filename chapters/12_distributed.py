@@ -1697,7 +1697,7 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 #
 # `transformer/configs/lm.toml` is the recipe of the model that ships with the package and that
 # chapter 11 loads: `make checkpoint MODEL=lm` runs
-# `python -m transformer train transformer/configs/lm.toml` (about 11 minutes on 2 quiet cores) and copies the
+# `python -m transformer train transformer/configs/lm.toml` (about 14 minutes on 2 quiet cores) and copies the
 # result into the package. Here, a small version of it on 2 processes for 40 steps:
 
 # %%

@@ -77,7 +77,7 @@ torch.set_num_threads(1)  # as in chapter 11: trained weights depend on the seed
 # and train a small copy of its model for a short, fixed budget: 2 blocks of width 64,
 # 80 updates of 16 windows of 64 characters, about ten seconds of CPU. That is *early
 # training* of a *small* model (chapter 11 shipped one three times as wide, trained for
-# 1,300 updates of twice as many characters): enough to show the weaknesses of the 2017
+# 2,000 updates of twice as many characters): enough to show the weaknesses of the 2017
 # design, which the sections up to 5 then cure and check on this model, but not to judge
 # the cures. Section 6 judges them on larger models trained ahead of time, each past
 # chapter 11's bigram.
@@ -711,7 +711,7 @@ print("cache, causality and generation: as in chapter 11")
 #
 # Two references, scored on the same windows, show where the numbers stand: chapter 11's
 # bigram (its tuned weight, 0.7) and chapter 11's shipped model (the 2017 recipe at full
-# width, trained for 1,300 updates of 16 windows of 128 characters).
+# width, trained for 2,000 updates of 16 windows of 128 characters).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -829,8 +829,8 @@ assert max(table["RoPE"]["change"], table["all four"]["change"]) < table["2017"]
 #| fig-alt: Left: horizontal bars of validation perplexity on an axis from 0 to about 560,
 #|   for 2017 (grey), RoPE (blue), RMSNorm (purple), SwiGLU with d_ff 340 (olive), GQA with
 #|   2 KV heads (cyan) and all four (orange). Every bar ends between about 127 and 158, left
-#|   of a dashed vertical line at 228 (chapter 11's bigram); RoPE's and all four's bars end
-#|   near a dotted line at 128 (chapter 11's model), the other four near 155. The open
+#|   of a dashed vertical line at 228 (chapter 11's bigram) and right of a dotted line at 105
+#|   (chapter 11's model); RoPE's and all four's bars end near 130, the other four near 155. The open
 #|   diamonds for context 256 sit far right of the bars: near 250 for RoPE and all four,
 #|   349 for SwiGLU, about 420 for 2017, RMSNorm and GQA. Right: six falling curves of
 #|   perplexity against updates 400 to 1,600; RoPE's and all four's start near 218, below
@@ -876,12 +876,12 @@ plt.show()
 #   11's bigram (227.5): the 2017 model's mean of 154.2 is 0.68 times it. The curves show
 #   when: at update 400 the 2017 runs were still above the bigram (287 to 291 on the whole
 #   validation set), and by update 800 every run was below it. Chapter 11's shipped model
-#   (127.8) is one and a half times as wide and saw 1.6 times as many characters.
+#   (105.4) is one and a half times as wide and saw 2.5 times as many characters.
 # - **RoPE** is the clear gain: both RoPE runs (125.5 and 129.1) are below every 2017 run
 #   (151.9 to 155.8); the means differ by 26.9, about seven times the 2017 seeds' span of
-#   3.9. That matches chapter 11's shipped model with two thirds of its width and about
-#   60% of its characters. The curves say where the gain comes from: the rotary models were
-#   already below the bigram at update 400 (215 to 220). With positions given to
+#   3.9: more than half the way from the 2017 mean down to chapter 11's shipped model.
+#   The curves say where the gain comes from: the rotary models were already below the
+#   bigram at update 400 (215 to 220). With positions given to
 #   attention as offsets, and not mixed into the residual stream, the model learns the
 #   short-range patterns of the text (which character follows which, a step or two back)
 #   sooner, and keeps the lead.

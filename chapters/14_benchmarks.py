@@ -30,15 +30,16 @@
 # 4. dropout drawn from 16 random bits;
 # 5. an encoder that skips the padding in eval mode;
 # 6. a language model's loss computed without its logits;
-# 7. `speed_up(model)`, which puts these four in a model in one call;
-# 8. a training step and an evaluation forward pass of our model against
+# 7. decoding without the masks that hide nothing, under `torch.inference_mode`;
+# 8. `speed_up(model)`, which puts these in a model in one call;
+# 9. a training step and an evaluation forward pass of our model against
 #    `torch.nn.Transformer` of the same size, as ratios;
-# 9. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
+# 10. the machine's matrix-multiply (GEMM) peak, and the fraction of it that a training
 #    step reaches: its **model FLOPs utilisation** (MFU);
-# 10. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
+# 11. greedy decoding with chapter 10's KV cache against the **memory-bandwidth bound**: at
 #    batch 1 each new token must read every weight of the decoder once, so no
 #    implementation can go faster than bandwidth / bytes of weights;
-# 11. chapter 11's language model and chapter 08's translator against Hugging Face's
+# 12. chapter 11's language model and chapter 08's translator against Hugging Face's
 #    `transformers` at the same sizes, as ratios.
 #
 # Timings depend on the machine and on whatever else it runs, so every number below sits
@@ -119,7 +120,7 @@ print(f"load     {os.getloadavg()[0]:.1f} (1-minute average of runnable processe
 # ## 2 · How we time
 #
 # `interleaved` runs each function once per round, in turn, after a warm-up, and keeps
-# the CPU seconds of every call (or the wall-clock seconds, when asked: section 11); the
+# the CPU seconds of every call (or the wall-clock seconds, when asked: section 12); the
 # **median** over rounds is the figure we use (half the runs were slower, half faster,
 # so one disturbed run does not move it).
 
@@ -737,7 +738,7 @@ def torch_encoder(stack: Encoder) -> nn.TransformerEncoder:
 torch.manual_seed(0)
 stack = Encoder(3, 64, 4, 128).eval()
 packed_stack = copy.deepcopy(stack)
-packed_stack.__class__ = PackedEncoder  # what speed_up does (section 7): same modules, other forward
+packed_stack.__class__ = PackedEncoder  # what speed_up does (section 8): same modules, other forward
 lengths = torch.randint(16, 33, (16,))  # 16 sentences of 16 to 32 tokens
 real = torch.arange(32)[None, :] < lengths[:, None]  # [16, 32]: True at the real positions
 x_batch = torch.randn(16, 32, 64)
@@ -765,7 +766,7 @@ assert torch.equal(trained_plain, trained_packed)
 
 # %% [markdown]
 # Not bit for bit: the matrix multiplies see other shapes, and sum in another order. What
-# the packed path saves, at the size of section 8 below (3 layers of width 256, 8 heads,
+# the packed path saves, at the size of section 9 below (3 layers of width 256, 8 heads,
 # $d_{ff}$ 1024; 32 sentences of 32 to 64 tokens), the two paths interleaved:
 
 # %%
@@ -988,13 +989,142 @@ print(f"forward and backward with the loss: plain {loss_times['plain'] * 1e3:.0f
 assert loss_times["sliced"] < loss_times["plain"]
 
 # %% [markdown]
-# ## 7 · `speed_up`: the speed paths in one call
+# ## 7 · Decoding: leave out what changes nothing
+#
+# Chapter 10's `IncrementalDecoder` hands every decoding step two masks: the source's
+# padding mask, and, for the target, which keys each new query may see. Often neither
+# hides anything: a source without padding (any batch of one) has an all-True mask, and
+# so has a one-token step whose keys hold no padding. A mask that hides nothing gives the
+# same attention as no mask, and attention given no mask does less work (the fused kernel
+# of section 3 takes its fastest path). And chapter 10's loop runs under
+# `torch.no_grad()`; `torch.inference_mode()` is `no_grad` and more: it also skips
+# autograd's bookkeeping on every tensor (version counters, views), which a loop of many
+# small steps feels. A tensor made under it, an *inference tensor*, cannot be written to
+# or trained on afterwards, so `generate` returns a copy.
+#
+# `FastDecodingTransformer` adds both to chapter 08's `Transformer`: in a cached step
+# (caches given) `decode` drops the masks that are all True, and `generate` runs under
+# `inference_mode`. `FastLanguageModel` gives chapter 11's model the second (its cached
+# steps pass no masks already).
+
+# %%
+#| export fast
+from typing import Any
+
+from transformer.model import Transformer
+
+
+def _unless_all_true(mask: Tensor | None) -> Tensor | None:
+    """mask, or None where it hides nothing: the same attention, less work."""
+    return None if mask is None or bool(mask.all()) else mask
+
+
+class InferenceModeGenerate:
+    """A mixin: the model's generate runs under torch.inference_mode."""
+
+    def generate(self, input_ids: Tensor | None = None, max_new_tokens: int | None = None,
+                 **options: Any) -> Tensor:
+        """The parent's generate under torch.inference_mode; the ids come back as an ordinary
+        tensor (not an inference tensor), which the caller may write into or train on."""
+        with torch.inference_mode():
+            ids = super().generate(input_ids, max_new_tokens, **options)  # type: ignore[misc]
+        return ids.clone()
+
+
+class FastDecodingTransformer(InferenceModeGenerate, Transformer):
+    """Chapter 08's Transformer whose cached decoding steps leave out the masks that hide
+    nothing, and whose generate runs under torch.inference_mode.
+
+    The same modules and state dict; `speed_up` turns a Transformer into one.
+    """
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | None = None, caches: list[dict] | None = None, start: int = 0) -> Tensor:
+        """Chapter 08's decode: [B, T] ids -> [B, T, tgt_vocab] logits. In a cached step
+        (caches given) an all-True src_mask or tgt_mask is left out."""
+        if caches is not None:  # chapter 10's decoding: checked once a step, not in each layer
+            src_mask, tgt_mask = _unless_all_true(src_mask), _unless_all_true(tgt_mask)
+        return super().decode(tgt, memory, src_mask, tgt_mask, caches, start)
+
+
+class FastLanguageModel(InferenceModeGenerate, SlicedLossLanguageModel):
+    """Chapter 11's LanguageModel with section 6's loss and generate under torch.inference_mode.
+
+    The same modules and state dict; `speed_up` turns a LanguageModel into one.
+    """
+
+
+# %% [markdown]
+# The proof that nothing changes: a translator with chapter 05's plain attention, and its
+# copy as a `FastDecodingTransformer`, decode sources with and without padding; every
+# step's logits must be equal bit for bit, and so must the ids.
+
+# %%
+from transformer.kv_cache import IncrementalDecoder
+from transformer.fast import FastDecodingTransformer
+
+torch.manual_seed(0)
+translator = Transformer(1000, 1000, d_model=256, num_heads=8, num_encoder_layers=3,
+                         num_decoder_layers=3, d_ff=1024, dropout=0.0, max_len=65).eval()
+lean = copy.deepcopy(translator)
+lean.__class__ = FastDecodingTransformer  # what speed_up does: the same modules, two methods more
+sources = {"no padding": torch.randint(4, 1000, (4, 20)), "padding": torch.randint(4, 1000, (4, 20))}
+sources["padding"][2:, 14:] = translator.pad_id  # two of the four sources are shorter
+for name, src in sources.items():
+    with torch.no_grad():
+        steps = [IncrementalDecoder(m, m.encode(src, m.make_src_mask(src)), m.make_src_mask(src))
+                 for m in (translator, lean)]
+        tokens = torch.randint(4, 1000, (4, 12))
+        tokens[3, 6:] = translator.pad_id  # a padded target prefix too
+        equal = all(torch.equal(steps[0](tokens[:, :t]), steps[1](tokens[:, :t])) for t in range(1, 13))
+    ids_equal = torch.equal(translator.generate(src, 30, ignore_eos=True), lean.generate(src, 30, ignore_eos=True))
+    print(f"{name}: 12 steps' logits equal bit for bit: {equal}; 30 greedy ids equal: {ids_equal}")
+    assert equal and ids_equal
+assert not lean.generate(sources["padding"], 5).is_inference()
+
+# %% [markdown]
+# The gain, on the same translator with section 3's fused attention (`speed_up`, section
+# 8, puts in both): greedy decoding of 48 tokens from one source and from eight, with chapter 10's
+# decoding, with it under `inference_mode`, and as a `FastDecodingTransformer`:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def generating(model: nn.Module, src: Tensor, inference: bool = False) -> Callable[[], Tensor]:
+    """Greedy generation of 48 ids per source (no early <eos>), optionally under inference_mode."""
+    def run() -> Tensor:
+        with torch.inference_mode(inference):
+            return model.generate(src, 48, ignore_eos=True)
+    return run
+
+
+fused_plain_decoding = copy.deepcopy(translator)  # section 3's attention, chapter 10's decoding
+for module in fused_plain_decoding.modules():
+    if type(module) is MultiHeadAttention:
+        module.__class__ = FastMultiHeadAttention
+fused = copy.deepcopy(fused_plain_decoding)
+fused.__class__ = FastDecodingTransformer  # and this section's decoding
+decode_times = {}
+for batch in (1, 8):
+    src = sources["no padding"].repeat(2, 1)[:batch]
+    decode_times[batch] = interleaved({"plain": generating(fused_plain_decoding, src),
+                                       "inference_mode": generating(fused_plain_decoding, src, inference=True),
+                                       "both": generating(fused, src)}, repeats=5)
+    t = decode_times[batch]
+    print(f"batch {batch}: chapter 10's decoding {t['plain'] * 1e3:.0f} ms; under inference_mode "
+          f"{t['inference_mode'] / t['plain']:.2f} of that; FastDecodingTransformer {t['both'] / t['plain']:.2f}")
+
+# %%
+assert decode_times[1]["both"] < decode_times[1]["plain"]
+
+# %% [markdown]
+# ## 8 · `speed_up`: the speed paths in one call
 #
 # A model gets this chapter's speed paths from one call, `speed_up(model)`, which changes
 # the model in place and returns it: every chapter 05 `MultiHeadAttention` becomes a
 # `FastMultiHeadAttention` (and chapter 13's grouped-query attention its fast twin),
 # every `nn.Dropout` a `FastDropout` with the same $p$, every chapter 07 `Encoder` a
-# `PackedEncoder`, and every chapter 11 `LanguageModel` a `SlicedLossLanguageModel`.
+# `PackedEncoder`, every chapter 08 `Transformer` a `FastDecodingTransformer`, and every
+# chapter 11 `LanguageModel` a `FastLanguageModel`.
 # Each swap changes a module's class, not its parameters: the state dict stays as it was,
 # and so do the eval-mode outputs, to float rounding.
 
@@ -1011,7 +1141,8 @@ FAST_CLASSES: dict[type, type] = {
     GroupedQueryAttention: FastGroupedQueryAttention,
     nn.Dropout: FastDropout,  # the same law, drawn faster on the CPU
     Encoder: PackedEncoder,  # in eval mode, the real source positions only
-    LanguageModel: SlicedLossLanguageModel,  # the loss without the logits
+    Transformer: FastDecodingTransformer,  # decoding without masks that hide nothing
+    LanguageModel: FastLanguageModel,  # the loss without the logits; generate under inference_mode
 }
 
 
@@ -1020,7 +1151,8 @@ def speed_up(model: _ModuleT) -> _ModuleT:
 
     Every module whose class is a key of FAST_CLASSES becomes an instance of its value
     (MultiHeadAttention -> FastMultiHeadAttention, nn.Dropout -> FastDropout, Encoder ->
-    PackedEncoder, LanguageModel -> SlicedLossLanguageModel, ...): the same submodules,
+    PackedEncoder, Transformer -> FastDecodingTransformer, LanguageModel -> FastLanguageModel,
+    ...): the same submodules,
     parameters, buffers and mode, faster methods.
 
     Args:
@@ -1042,7 +1174,7 @@ def speed_up(model: _ModuleT) -> _ModuleT:
 
 
 # %% [markdown]
-# On the translator's size of section 8 below, one training step with the chapters' plain
+# On the translator's size of section 9 below, one training step with the chapters' plain
 # layers and one after `speed_up` (the same weights), interleaved:
 
 # %%
@@ -1092,7 +1224,7 @@ print(f"forward + backward: plain layers {step_times['plain'] * 1e3:.0f} ms, aft
 assert step_times["speed_up"] < step_times["plain"]
 
 # %% [markdown]
-# ## 8 · Against `torch.nn.Transformer`
+# ## 9 · Against `torch.nn.Transformer`
 #
 # `torch.nn.Transformer` takes embedded vectors and returns decoder states, so the
 # reference gets what ours has built in: token embeddings scaled by
@@ -1275,7 +1407,7 @@ assert ratios["train step"] < 2.5 and ratios["eval forward"] < 2.5  # a large re
 # The assertion above only guards against a large regression: a busy machine moves these
 # ratios by tens of percent.
 #
-# ## 9 · The GEMM peak and the model FLOPs utilisation
+# ## 10 · The GEMM peak and the model FLOPs utilisation
 #
 # Almost all the arithmetic of a Transformer is matrix multiplication, so the fastest a
 # training step can run is set by the machine's matrix-multiply speed. We measure it on
@@ -1353,7 +1485,7 @@ assert 0.01 < mfu < 1.5  # a real fraction of the peak (above 1 only if the peak
 # 51% to 61% of the GEMM peak in three runs on the quiet 2-core machine this book is built
 # on (the peak itself moved by a fifth between runs). Run both to compare on your machine.
 #
-# ## 10 · Decoding against the memory-bandwidth bound
+# ## 11 · Decoding against the memory-bandwidth bound
 #
 # Generating one token at batch 1 multiplies one vector by every weight matrix of the
 # decoder: each weight is read from memory once and used for one multiply-add. The
@@ -1494,7 +1626,7 @@ assert products > measured  # the products alone are faster than the whole step
 # too much between runs (up to 1.8 times, as said above), and the assertion only asks
 # that decoding stay below it, up to timing noise.
 #
-# ## 11 · Against the libraries a user would pick instead
+# ## 12 · Against the libraries a user would pick instead
 #
 # An engineer who knows Hugging Face would reach for `transformers`: `GPT2LMHeadModel`
 # instead of chapter 11's language model, `MarianMTModel` instead of chapter 08's
@@ -1725,7 +1857,7 @@ if HF_VERSION is not None:  # guards a large regression only: single ratios move
 # summary gives the ranges that `tools/bench_peers.py` measured over many runs, and where
 # the differences come from.
 #
-# ## 12 · Figures
+# ## 13 · Figures
 
 # %%
 #| fig-cap: The benchmarks of this appendix, as measured on the machine that ran it (they vary
@@ -1776,7 +1908,7 @@ else:
     print("no comparison with Hugging Face here: transformers is not installed")
 
 # %% [markdown]
-# ## 13 · Summary
+# ## 14 · Summary
 #
 # * `transformer.speed_up(model)` turns on every speed path of this appendix, in place
 #   (`FastMultiHeadAttention` for every `MultiHeadAttention`, `FastDropout` for every
@@ -1793,7 +1925,7 @@ else:
 #   at batch 1.
 # * Each number is printed with the machine it ran on, and guarded by an assertion with a
 #   margin wide enough for a busy machine.
-# * Against Hugging Face (section 11; `tools/bench_peers.py`, five interleaved repeats in
+# * Against Hugging Face (section 12; `tools/bench_peers.py`, five interleaved repeats in
 #   each of five rounds, 2 threads), on the 2-core machine this book is built on, whose
 #   speed changed by a third within the hour, the ratios ours / theirs after `speed_up`
 #   were, over the runs of two days: the language model's training step 0.85 to 0.95
@@ -1804,7 +1936,7 @@ else:
 #   encoder that computes the padding too). Ours was faster in every comparison; the
 #   ranges show how far single runs spread, by up to 0.12 for one comparison. With the
 #   chapters' plain layers (no `speed_up`), one run gave 1.03 and 1.16 for the two
-#   training steps and 1.06 for the eval forward. This page's own run in section 11, three
+#   training steps and 1.06 for the eval forward. This page's own run in section 12, three
 #   repeats each, moves further from run to run than these medians of five rounds.
 # * Where the differences come from. The language model's loss never builds its logits:
 #   `linear_cross_entropy` (section 6) takes the cross-entropy and its gradients 128
@@ -1812,7 +1944,7 @@ else:
 #   largest tensor of a step, a loss that builds them makes the step even with GPT-2's;
 #   without them it takes about 0.88 of GPT-2's time. Generation leaves out masks that
 #   hide nothing (a source without padding, a step without padded keys) and runs its loop
-#   under `torch.inference_mode` (chapter 10): without these the translator took 0.86 and
+#   under `torch.inference_mode` (section 7): without these the translator took 0.86 and
 #   0.85 of Marian's time, with them 0.74 and 0.80.
 # * Padding. In eval mode `torch.nn.Transformer`'s encoder computes the real source
 #   positions only (nested tensors), and ours computed every position, a quarter of them

@@ -151,6 +151,22 @@ def test_importing_from_a_later_chapter_is_refused(book):
     make_chapter(chapters, "00_zero", "#| default_exp zero", "from transformer import Quad")
     with pytest.raises(BookError, match="later"):
         export.build(read_book(chapters), package)
+    # ... and in a class body, which runs when the cell does
+    make_chapter(chapters, "00_zero", "#| default_exp zero",
+                 "class Early:\n    from transformer.second import Quad")
+    with pytest.raises(BookError, match="later"):
+        export.build(read_book(chapters), package)
+
+
+def test_a_later_chapter_may_be_imported_inside_a_function(book):
+    """An import in a function body runs when the function is called, not when the chapter
+    runs (chapter 08's PretrainedModel.generate imports chapter 10's generate so)."""
+    chapters, package = book
+    make_chapter(chapters, "00_zero", "#| default_exp zero",
+                 '#| export\ndef quad(x):\n    """Quad of x."""\n    from transformer.second import Quad\n'
+                 "    return Quad(x)")
+    modules, _ = export.build(read_book(chapters), package)
+    assert "zero" in modules
 
 
 def test_exported_function_without_docstring_is_refused(book):

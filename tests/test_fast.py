@@ -12,6 +12,8 @@ from test_blocks import FF, SRC, D, H, randomise_norms, torch_encoder_layer
 from transformer import FastDropout, LanguageModel, Transformer, speed_up
 from transformer.blocks import Encoder
 from transformer.fast import (
+    FastDecodingTransformer,
+    FastLanguageModel,
     PackedEncoder,
     SlicedLossLanguageModel,
     fast_dropout,
@@ -122,7 +124,8 @@ def test_speed_up_swaps_the_plain_classes_and_nothing_else():
     changed = sorted(((a, b) for a, b in zip(before, after, strict=True) if a is not b), key=str)
     attentions = before.count(MultiHeadAttention)
     assert attentions == 3 and after.count(FastMultiHeadAttention) == attentions
-    assert changed == sorted([(Encoder, PackedEncoder)] + [(torch.nn.Dropout, FastDropout)] * after.count(FastDropout)
+    assert changed == sorted([(Encoder, PackedEncoder), (Transformer, FastDecodingTransformer)]
+                             + [(torch.nn.Dropout, FastDropout)] * after.count(FastDropout)
                              + [(MultiHeadAttention, FastMultiHeadAttention)] * attentions, key=str)
     # the class is the whole change: every module keeps the attributes it had
     assert all(vars(m).keys() == vars(p).keys() for m, p in zip(model.modules(), plain.modules(), strict=True))
@@ -321,7 +324,7 @@ def test_lm_loss_of_a_sped_up_language_model_never_builds_the_logits():
     torch.manual_seed(0)
     vocab_size = 23
     model = speed_up(LanguageModel(vocab_size, d_model=16, num_heads=2, num_layers=1, dropout=0.0))
-    assert type(model) is SlicedLossLanguageModel
+    assert type(model) is FastLanguageModel and isinstance(model, SlicedLossLanguageModel)
     inputs = torch.randint(3, vocab_size, (4, 12), generator=torch.Generator().manual_seed(1))
     labels = torch.roll(inputs, -1, dims=1)
     labels[0, :2] = IGNORE_INDEX
@@ -351,6 +354,79 @@ def test_a_sped_up_model_saves_and_loads_as_the_plain_one(tmp_path):
     translator = speed_up(Transformer(20, 20, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,
                                       d_ff=32, max_len=12))
     translator.save_pretrained(tmp_path / "translator")
-    assert type(Transformer.from_pretrained(tmp_path / "translator").encoder) is Encoder
+    loaded = Transformer.from_pretrained(tmp_path / "translator")
+    assert type(loaded) is Transformer and type(loaded.encoder) is Encoder
+    assert type(FastDecodingTransformer.from_pretrained(tmp_path / "translator")) is FastDecodingTransformer
     with pytest.raises(ValueError, match="holds a LanguageModel, not a Transformer"):
         Transformer.from_pretrained(tmp_path / "lm")
+
+
+# --- FastDecodingTransformer and FastLanguageModel: decoding does less, the same ids ------
+
+def small_translator(seed: int) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(30, 30, d_model=32, num_heads=4, num_encoder_layers=2, num_decoder_layers=2,
+                        d_ff=64, dropout=0.0, max_len=40)
+    with torch.no_grad():  # peakier outputs than Xavier's: the greedy ids vary
+        model.generator.weight.mul_(8.0)
+    return model.eval()
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_fast_decoding_leaves_out_only_the_masks_that_hide_nothing(padded, monkeypatch):
+    """In cached steps an all-True mask is not passed on; one that hides a key is; the
+    logits of every step stay bit for bit those of the plain class."""
+    plain = small_translator(4)
+    fast = copy.deepcopy(plain)
+    fast.__class__ = FastDecodingTransformer
+    src = torch.randint(4, 30, (3, 6), generator=torch.Generator().manual_seed(5))
+    if padded:
+        src[1, 4:] = plain.pad_id
+    tgt = torch.randint(4, 30, (3, 8), generator=torch.Generator().manual_seed(6))
+    tgt[:, 0] = 1
+    tgt[2, 3:5] = plain.pad_id  # one row's prefix has padding inside
+    seen = []
+    decode = Transformer.decode
+
+    def spy(self, tgt, memory, src_mask=None, tgt_mask=None, caches=None, start=0):
+        seen.append((src_mask is None, tgt_mask is None))
+        return decode(self, tgt, memory, src_mask, tgt_mask, caches, start)
+
+    monkeypatch.setattr(Transformer, "decode", spy)
+    from transformer.kv_cache import IncrementalDecoder
+    with torch.no_grad():
+        steps = [IncrementalDecoder(m, m.encode(src, m.make_src_mask(src)), m.make_src_mask(src))
+                 for m in (plain, fast)]
+        for t in range(1, 9):
+            seen.clear()
+            assert torch.equal(steps[0](tgt[:, :t]), steps[1](tgt[:, :t]))
+            # seen: the plain call (masks given), then the fast one's super().decode
+            assert len(seen) == 2 and seen[0] == (False, False) and seen[1][0] == (not padded)
+            assert seen[1][1] == (t <= 3)  # from position 3 on a key of row 2 is padding
+
+
+def test_fast_decoding_generates_the_plain_ids_as_an_ordinary_tensor():
+    plain = small_translator(7)
+    fast = speed_up(copy.deepcopy(plain))
+    assert type(fast) is FastDecodingTransformer
+    src = torch.randint(4, 30, (4, 6), generator=torch.Generator().manual_seed(8))
+    src[2, 3:] = plain.pad_id
+    for options in ({}, {"num_beams": 3}, {"do_sample": True, "generator": torch.Generator().manual_seed(0)}):
+        ids = fast.generate(src, 12, **options)
+        if "generator" in options:
+            options["generator"] = torch.Generator().manual_seed(0)
+        assert torch.equal(ids, plain.generate(src, 12, **options)), options
+        assert not ids.is_inference()
+    ids[:, 1] = 5  # in place, outside inference mode
+    fast.train()
+    fast(src, ids).sum().backward()  # the embedding saves the ids for backward
+    assert fast.generator.weight.grad is not None
+
+
+def test_a_sped_up_language_model_generates_the_plain_ids():
+    torch.manual_seed(0)
+    lm = LanguageModel(30, d_model=16, num_heads=2, num_layers=2, d_ff=32, dropout=0.0, max_len=32).eval()
+    fast = speed_up(copy.deepcopy(lm))
+    prompts = torch.randint(3, 30, (2, 5), generator=torch.Generator().manual_seed(1))
+    ids = fast.generate(prompts, 10, ignore_eos=True)
+    assert torch.equal(ids, lm.generate(prompts, 10, ignore_eos=True)) and not ids.is_inference()

@@ -64,12 +64,11 @@ def test_cached_greedy_equals_uncached(seed):
 
 
 @pytest.mark.parametrize("batch", [1, 5])
-def test_cached_steps_leave_out_only_masks_that_hide_nothing(batch):
-    """A source without padding is read unmasked, and a one-token step whose keys hold no
-    padding gets no target mask; the logits are still those of the full, masked decoder,
-    also for prefixes with padding inside."""
+def test_cached_steps_give_the_full_decoders_logits(batch):
+    """Each cached step's logits are those of the full, masked decoder, also for prefixes
+    with padding inside."""
     model = random_model(3)
-    src = torch.randint(4, 30, (batch, 7), generator=torch.Generator().manual_seed(batch))  # no <pad>
+    src = random_src(batch, batch=batch)
     tgt = torch.randint(4, 30, (batch, 9), generator=torch.Generator().manual_seed(10 + batch))
     tgt[:, 0] = BOS
     tgt[-1, 3:5] = PAD  # the last row's prefix has padding from position 3 on
@@ -78,13 +77,8 @@ def test_cached_steps_leave_out_only_masks_that_hide_nothing(batch):
         memory = model.encode(src, src_mask)
         full = model.decode(tgt, memory, src_mask)  # [B, 9, V]: padding and causal masks
         step = IncrementalDecoder(model, memory, src_mask, use_cache=True)
-        assert not step.hides_source
         for t in range(1, 10):
             torch.testing.assert_close(step(tgt[:, :t]), full[:, t - 1], atol=1e-5, rtol=1e-4)
-        padded = random_src(0)
-        assert IncrementalDecoder(model, model.encode(padded), model.make_src_mask(padded)).hides_source
-    with_cache = greedy_decode(model, src, BOS, EOS, max_new_tokens=20, use_cache=True)
-    assert torch.equal(with_cache, greedy_decode(model, src, BOS, EOS, max_new_tokens=20, use_cache=False))
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -159,8 +153,7 @@ def test_decoding_appends_to_the_preallocated_cache():
     assert len(buffers) == 2  # one cache per layer ...
     for cache, first in buffers.values():
         assert cache.k_buffer.data_ptr() == first  # ... whose buffer was never reallocated
-        # the layer kept a view of the buffer (generation runs under inference_mode, which
-        # does not record _base: the storage tells)
+        # the layer kept a view of the buffer (the storage tells)
         assert cache["k"].untyped_storage().data_ptr() == cache.k_buffer.untyped_storage().data_ptr()
         assert cache["k"].data_ptr() == first and cache["k"].size(2) == 8
 
@@ -676,20 +669,3 @@ def test_cli_refuses_a_bad_beam(capsys):
     with pytest.raises(SystemExit) as info:
         run_main(capsys, "translate", "I love apples", "--beam", "0")
     assert info.value.code == 2 and "--beam" in capsys.readouterr().err
-
-
-def test_generated_ids_are_ordinary_tensors_after_inference_mode():
-    """The loop runs under torch.inference_mode; what it returns can be written into and
-    fed to a model in training, as any tensor (an inference tensor could not)."""
-    model, src = random_model(9), random_src(9)
-    for model_wants in (None, EOS):  # runs to max_new_tokens; stops early (a shorter copy)
-        if model_wants is not None:
-            prefers(model, model_wants)
-        out = greedy_decode(model, src, BOS, EOS, max_new_tokens=6)
-        assert not out.is_inference()
-    assert out.size(1) < 7  # the early stop happened
-    out[:, 0] = BOS  # in place, outside inference mode
-    model.train()
-    loss = model(src, out).sum()  # the embedding saves the ids for backward
-    loss.backward()
-    assert model.generator.weight.grad is not None

@@ -81,7 +81,7 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
             times[name].append(clock() - start)
     return {name: statistics.median(t) for name, t in times.items()}
 
-# %% chapters/14_benchmarks.ipynb, cell 54
+# %% chapters/14_benchmarks.ipynb, cell 61
 from transformer.fast import speed_up
 
 
@@ -227,7 +227,7 @@ def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_f
     torch.manual_seed(0)
     return ours, TorchReference(vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len)
 
-# %% chapters/14_benchmarks.ipynb, cell 60
+# %% chapters/14_benchmarks.ipynb, cell 67
 def gemm_flops_per_second(n: int = 1024, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
     """The machine's matrix-multiply speed: FLOPs per CPU second of an n x n product.
 
@@ -275,7 +275,7 @@ def train_step_flops(model: Transformer, batch: int, src_len: int, tgt_len: int)
     forward = 2 * batch * (encoder + decoder + tgt_len * d * vocab)
     return 3 * forward
 
-# %% chapters/14_benchmarks.ipynb, cell 64
+# %% chapters/14_benchmarks.ipynb, cell 71
 def bytes_per_token(model: Transformer) -> int:
     """Bytes of weights that one cached decoding step at batch 1 must read.
 
@@ -318,7 +318,7 @@ def bandwidth_bytes_per_second(n_bytes: int, repeats: int = 5) -> float:
     matrix @ vector  # warm-up
     return matrix.numel() * 4 / min(cpu_seconds(lambda: matrix @ vector) for _ in range(repeats))
 
-# %% chapters/14_benchmarks.ipynb, cell 73
+# %% chapters/14_benchmarks.ipynb, cell 80
 import importlib.util
 
 

@@ -132,12 +132,9 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
     """
     try:
-        # inference_mode is no_grad and more: it also skips autograd's bookkeeping on every
-        # tensor (version counters, view tracking), which a loop of small steps feels.
-        with torch.inference_mode():
-            out = _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
-                        stopping_criteria)
-        return out.clone()  # a normal tensor again: the caller may write into it or train on it
+        with torch.no_grad():
+            return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
+                         stopping_criteria)
     finally:
         if streamer is not None:
             streamer.end()  # type: ignore[attr-defined]

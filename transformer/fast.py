@@ -300,6 +300,58 @@ class SlicedLossLanguageModel(LanguageModel):
         return linear_cross_entropy(hidden, self.generator.weight, self.generator.bias, labels)
 
 # %% chapters/14_benchmarks.ipynb, cell 48
+from typing import Any
+
+from transformer.model import Transformer
+
+
+def _unless_all_true(mask: Tensor | None) -> Tensor | None:
+    """mask, or None where it hides nothing: the same attention, less work."""
+    return None if mask is None or bool(mask.all()) else mask
+
+
+class InferenceModeGenerate:
+    """A mixin: the model's generate runs under torch.inference_mode.
+
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
+    """
+
+    def generate(self, input_ids: Tensor | None = None, max_new_tokens: int | None = None,
+                 **options: Any) -> Tensor:
+        """The parent's generate under torch.inference_mode; the ids come back as an ordinary
+        tensor (not an inference tensor), which the caller may write into or train on."""
+        with torch.inference_mode():
+            ids = super().generate(input_ids, max_new_tokens, **options)  # type: ignore[misc]
+        return ids.clone()
+
+
+class FastDecodingTransformer(InferenceModeGenerate, Transformer):
+    """Chapter 08's Transformer whose cached decoding steps leave out the masks that hide
+    nothing, and whose generate runs under torch.inference_mode.
+
+    The same modules and state dict; `speed_up` turns a Transformer into one.
+
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
+    """
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | None = None, caches: list[dict] | None = None, start: int = 0) -> Tensor:
+        """Chapter 08's decode: [B, T] ids -> [B, T, tgt_vocab] logits. In a cached step
+        (caches given) an all-True src_mask or tgt_mask is left out."""
+        if caches is not None:  # chapter 10's decoding: checked once a step, not in each layer
+            src_mask, tgt_mask = _unless_all_true(src_mask), _unless_all_true(tgt_mask)
+        return super().decode(tgt, memory, src_mask, tgt_mask, caches, start)
+
+
+class FastLanguageModel(InferenceModeGenerate, SlicedLossLanguageModel):
+    """Chapter 11's LanguageModel with section 6's loss and generate under torch.inference_mode.
+
+    The same modules and state dict; `speed_up` turns a LanguageModel into one.
+
+    Defined in chapter 14 (`chapters/14_benchmarks.ipynb`).
+    """
+
+# %% chapters/14_benchmarks.ipynb, cell 55
 from typing import TypeVar
 
 _ModuleT = TypeVar("_ModuleT", bound=nn.Module)
@@ -311,7 +363,8 @@ FAST_CLASSES: dict[type, type] = {
     GroupedQueryAttention: FastGroupedQueryAttention,
     nn.Dropout: FastDropout,  # the same law, drawn faster on the CPU
     Encoder: PackedEncoder,  # in eval mode, the real source positions only
-    LanguageModel: SlicedLossLanguageModel,  # the loss without the logits
+    Transformer: FastDecodingTransformer,  # decoding without masks that hide nothing
+    LanguageModel: FastLanguageModel,  # the loss without the logits; generate under inference_mode
 }
 
 
@@ -320,7 +373,8 @@ def speed_up(model: _ModuleT) -> _ModuleT:
 
     Every module whose class is a key of FAST_CLASSES becomes an instance of its value
     (MultiHeadAttention -> FastMultiHeadAttention, nn.Dropout -> FastDropout, Encoder ->
-    PackedEncoder, LanguageModel -> SlicedLossLanguageModel, ...): the same submodules,
+    PackedEncoder, Transformer -> FastDecodingTransformer, LanguageModel -> FastLanguageModel,
+    ...): the same submodules,
     parameters, buffers and mode, faster methods.
 
     Args:
@@ -342,4 +396,4 @@ def speed_up(model: _ModuleT) -> _ModuleT:
             module.__class__ = fast
     return model
 
-__all__ = ["fast_dropout", "FastDropout", "on_grid", "self_attention_at", "packed_block", "PackedEncoder", "LinearCrossEntropy", "linear_cross_entropy", "SlicedLossLanguageModel", "FAST_CLASSES", "speed_up"]
+__all__ = ["fast_dropout", "FastDropout", "on_grid", "self_attention_at", "packed_block", "PackedEncoder", "LinearCrossEntropy", "linear_cross_entropy", "SlicedLossLanguageModel", "InferenceModeGenerate", "FastDecodingTransformer", "FastLanguageModel", "FAST_CLASSES", "speed_up"]

@@ -20,7 +20,7 @@ from transformer.decoding import (
     eval_mode,
 )
 from transformer.kv_cache import IncrementalDecoder
-from transformer.model import PretrainedModel, Transformer
+from transformer.model import Transformer
 
 
 def _special_id(model: nn.Module, name: str, given: int | None) -> int:
@@ -231,9 +231,5 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
             out = _autoregressive(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens,
                                   streamer, stopping_criteria)
     return _left_align(out, lengths, input_ids.size(1), pad_id)
-
-
-# Every model built on chapter 08's PretrainedModel now has model.generate(...).
-PretrainedModel.generate_function = generate
 
 __all__ = ["generate"]

@@ -154,10 +154,6 @@ class IncrementalDecoder:
                  use_cache: bool = True, capacity: int | None = None):
         self.model = cast(Any, model)  # a Transformer, or a decoder-only model (duck-typed)
         self.memory, self.src_mask = memory, src_mask
-        # A mask that hides nothing means the same as no mask, and attention given none
-        # skips all work on it: a source without padding (any batch of one) is read
-        # unmasked at every step. Checked once: keeping rows (reorder) keeps it true.
-        self.hides_source = src_mask is not None and not bool(src_mask.all())
         self.use_cache = _check_bool("use_cache", use_cache)
         size: int = self.model.max_len if capacity is None else _check_int("capacity", capacity)
         # One cache per decoder layer: "self" grows by a position per step, "cross" is filled once.
@@ -184,14 +180,10 @@ class IncrementalDecoder:
             return self.model.decode(tokens, self.memory, self.src_mask)[:, -1]
         new = tokens[:, self.seen:]  # [batch, n]: positions the caches have not seen
         n, total = new.size(1), tokens.size(1)
-        real = padding_mask(tokens, self.model.pad_id)  # [batch, 1, 1, total]: real keys
-        tgt_mask: Tensor | None = real
-        if n > 1:  # new query i sits at position seen + i: it may see keys 0 .. seen + i
-            tgt_mask = real & torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)
-        elif bool(real.all()):  # one query and no padding among its keys: nothing to hide
-            tgt_mask = None
-        memory_mask = self.src_mask if self.hides_source else None
-        logits = self.model.decode(new, self.memory, memory_mask, tgt_mask,
+        # New query i sits at position seen + i: it may see the real keys 0 .. seen + i.
+        causal = torch.ones(n, total, dtype=torch.bool, device=tokens.device).tril(self.seen)  # [n, total]
+        tgt_mask = padding_mask(tokens, self.model.pad_id) & causal  # [batch, 1, n, total]
+        logits = self.model.decode(new, self.memory, self.src_mask, tgt_mask,
                                    caches=self.caches, start=self.seen)  # [batch, n, V]
         self.seen = total
         return logits[:, -1]
