@@ -570,9 +570,9 @@ class IncrementalDecoder:
 
 # %% [markdown]
 # Both caches must give what the attention gives without them. One attention module
-# gets six target positions one at a time, with a `KVCache` as self-attention and with a
-# `StaticKVCache` over a memory of five positions, and is compared with the whole target
-# at once (under the causal mask for self-attention):
+# gets six target positions one at a time, as self-attention with a `KVCache` and as
+# cross-attention with a `StaticKVCache` over a memory of five positions, and is compared
+# with the whole target at once (under the causal mask for self-attention):
 
 # %%
 attention = model.decoder.layers[0].self_attn
@@ -1532,8 +1532,8 @@ assert both_train < 0.05 * len(train_compounds) and both_long > 0.2 * len(long_p
 # model learned what the data allowed, not the grammar we meant.
 #
 # Is it the mismatch between training and generation? In training the decoder reads the
-# *reference* prefix; in generation it reads its own, and a first mistake can lead to
-# more that training never showed it. This is **exposure bias**; *scheduled sampling*
+# *reference* prefix; in generation it reads its own, and after a first mistake that is
+# a prefix training never showed it, where it may make more. This is **exposure bias**; *scheduled sampling*
 # (Bengio et al., 2015), feeding the model its own predictions for a growing share of
 # training positions, is one answer. Every first mistake above is made on a correct
 # prefix, so exposure bias can only spoil what comes after it. We can measure that: for
@@ -2419,10 +2419,10 @@ print("ex1 passed")
 # %% [markdown]
 # ### Exercise 2 · A repetition penalty
 # Samplers often discourage tokens already generated (Keskar et al. 2019, CTRL): for every
-# token id in `generated` ([batch, t]), the logit is divided by `penalty` if positive and
+# token id in `generated` (`[batch, t]`), the logit is divided by `penalty` if positive and
 # multiplied by `penalty` if negative (so it decreases for penalty > 1), once, however
 # often the token occurs. Write `repetition_penalty(logits, generated, penalty)` for
-# logits [batch, vocab]; return a new tensor and leave the input unchanged. The check uses
+# logits `[batch, vocab]`; return a new tensor and leave the input unchanged. The check uses
 # a small hand-computed example.
 
 # %%
