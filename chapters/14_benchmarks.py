@@ -176,9 +176,9 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int = 5,
 #
 # `fused_attention` hands the work to that kernel and keeps chapter 03's promise that a
 # query with nothing to attend to gets zeros. `FastMultiHeadAttention` is chapter 05's
-# module with two speed paths. Its `attend` chooses the kernel once, at the top:
-# `_why_not_fused` names the reason it does not apply, and then chapter 05's `attend`
-# runs unchanged. Its `project` makes **one matrix multiply instead of three** in
+# module with two speed paths. Its `attend` chooses the kernel once, at the top: where
+# `_why_not_fused` names a reason the kernel does not apply, chapter 05's `attend` runs
+# unchanged. Its `project` makes **one matrix multiply instead of three** in
 # self-attention, where `query`, `key` and `value` are one tensor $X$ and
 # $[XW^Q \; XW^K \; XW^V] = X\,[W^Q \; W^K \; W^V]$: the three weights stacked into one
 # `[3·d_model, d_model]` matrix, the result cut into three views. The parameters stay
@@ -1341,7 +1341,7 @@ def paired_models(vocab: int, d_model: int, num_heads: int, num_layers: int, d_f
 # %% [markdown]
 # The configuration that `tools/bench_model.py` times: $d_{\text{model}} = 256$, 8 heads,
 # 3 + 3 layers, $d_{ff} = 1024$, a vocabulary of 1000, dropout 0.1; here with a batch of
-# 8 sentences of 32 tokens each way (the script uses 32 of 64).
+# 8 sentences of 32 tokens, source and target (the script uses 32 sentences of 64).
 
 # %%
 SIZES = dict(vocab=1000, d_model=256, num_heads=8, num_layers=3, d_ff=1024, dropout=0.1, max_len=65)
