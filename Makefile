@@ -174,10 +174,11 @@ lab: $(STAMP) ## JupyterLab on the repository (chapters/ and student/)
 	$(VENV)/bin/jupyter lab --notebook-dir=.
 
 # Never overwrites a copy a student has edited, unless FORCE=1. COURSE=dir: an nbgrader
-# course instead (dir/nbgrader_config.py and dir/source/NN_name/, every chapter).
+# course instead (dir/nbgrader_config.py and dir/source/NN_name/, every chapter; with
+# LANGUAGE=zh the Chinese edition's, a course of its own).
 student: $(STAMP) ## student copies (solutions removed) in student/, FORCE=1 overwrites edited ones; LANGUAGE=zh: the Chinese edition's, in student-zh/; COURSE=dir: an nbgrader course
 ifdef COURSE
-	$(PY) -m tools.exercises course $(COURSE)
+	$(PY) -m tools.exercises course $(COURSE) $(if $(LANGUAGE),--language $(LANGUAGE))
 else
 	$(PY) -m tools.exercises student $(if $(FORCE),--force) $(if $(LANGUAGE),--language $(LANGUAGE))
 endif

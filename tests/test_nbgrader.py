@@ -56,13 +56,15 @@ def nbgrader(course: Path, *args: str, timeout: int = 3600) -> str:
     return run.stdout + run.stderr
 
 
-def run_course(course: Path, chapters, students, make_submission=submission) -> dict:
+def run_course(course: Path, chapters, students, make_submission=submission,
+               language: str = "en") -> dict:
     """Lay out a course for `chapters`, release, submit, autograde, feedback, export.
 
     Returns {(chapter name, student): (score, max score)} from nbgrader's grades.csv.
     """
     subprocess.run([sys.executable, "-m", "tools.exercises", "course", str(course),
-                    *[str(c.path) for c in chapters]], check=True, capture_output=True, cwd=ROOT)
+                    *[str(c.path) for c in chapters], "--language", language],
+                   check=True, capture_output=True, cwd=ROOT)
     nbgrader(course, "generate_assignment", "*")
     for chapter in chapters:
         released = nbformat.read(course / "release" / chapter.name / chapter.path.name,
@@ -292,3 +294,35 @@ def test_make_book_runs_the_timing_chapter_first_and_alone(tmp_path, monkeypatch
     assert events[0] == "14_benchmarks" and events[1] == "pool opens", events
     assert sorted(events[2:]) == ["12_distributed", "13_refinements"]
     assert workers_env["OMP_WAIT_POLICY"] == "PASSIVE" and "OMP_WAIT_POLICY" not in os.environ
+
+
+def test_the_chinese_edition_is_an_nbgrader_course_of_its_own(tmp_path):
+    """`make student COURSE=dir LANGUAGE=zh`: the Chinese chapters, released by real
+    nbgrader with their prose in Chinese and their checks the English ones; a solved copy
+    scores full marks, an untouched one nothing, and `make grade` recognises the released
+    Chinese copy as its chapter and agrees."""
+    from tools import exercises, i18n
+    from tools.i18n_catalogues import BUILD
+    from tools.notebooks import read_book
+
+    i18n.build(("01_embedding",))
+    [chinese] = [c for c in read_book(BUILD / "chapters") if c.name == "01_embedding"]
+    english = read_chapter(ROOT / "chapters" / "01_embedding.ipynb")
+    course = tmp_path / "course"
+    scores = run_course(course, [chinese], ["solved", "untouched"], language="zh")
+    # autograde scores the checks, out of every point (the written answer waits for the teacher)
+    full = float(sum(english.points[name] for name, _ in english.checks))
+    total = float(sum(english.points.values()))
+    assert scores == {("01_embedding", "solved"): (full, total),
+                      ("01_embedding", "untouched"): (0.0, total)}, scores
+    assert 'course_id = "transformer-book-zh"' in (course / "nbgrader_config.py").read_text()
+    released = nbformat.read(course / "release" / "01_embedding" / "01_embedding.ipynb", as_version=4)
+    prose = "".join(c.source for c in released.cells if c.cell_type == "markdown")
+    assert "嵌入" in prose and released.metadata["i18n"]["language"] == "zh-CN"
+    returned = tmp_path / "returned" / "solved"
+    returned.mkdir(parents=True)
+    nbformat.write(submission(released, chinese, "solved"), returned / "01_embedding.ipynb")
+    assert exercises.main(["grade", str(returned.parent), "--out", str(tmp_path / "graded")]) == 0
+    with open(tmp_path / "graded" / "summary.csv", newline="") as handle:
+        [row] = list(csv.DictReader(handle))
+    assert float(row["01_embedding"].split("/")[0]) == full, row

@@ -1009,7 +1009,8 @@ def test_napoleon_alone_leaves_plain_text_as_markup():
 def test_the_chinese_pdf_is_the_chinese_edition(browser, zh_site):
     """make pdf LANGUAGE=zh: the cover, the contents and the bookmarks in Chinese, chapter
     04's prose as the catalogue has it (not the English), its formulas typeset, and the
-    back matter the edition has translated (the sources, the teacher's guide), in order."""
+    back matter the edition has translated (the glossary, the sources, the teacher's guide),
+    in order."""
     from pypdf import PdfReader
 
     from tools.i18n_catalogues import catalogue_path, load
@@ -1024,7 +1025,7 @@ def test_the_chinese_pdf_is_the_chinese_edition(browser, zh_site):
     assert "每个练习之后附有解答" in squash(texts[0]) and squash(texts[1]).startswith("目录")
     bookmarks = [item.title for item in reader.outline if not isinstance(item, list)]
     title = load(catalogue_path("04_causal_mask"))[0].msgstr
-    assert bookmarks == ["目录", "从零构建 Transformer", title, "资料来源", "写给教师"], bookmarks
+    assert bookmarks == ["目录", "从零构建 Transformer", title, "术语表", "资料来源", "写给教师"], bookmarks
     body = squash("".join(texts))
     units = [e for e in load(catalogue_path("04_causal_mask")) if e.comment == "paragraph"
              and not re.search(r"[*`$\[<]", e.msgstr + e.msgid)][:5]  # no markup: printed as written

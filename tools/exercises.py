@@ -30,7 +30,7 @@
         write each chapter's nbgrader cell metadata and kernelspec, derived from the
         book's conventions (tools/notebooks.py: nbgrader_metadata); --check changes
         nothing and names each chapter whose metadata is missing or stale
-    python -m tools.exercises course DIR [CHAPTER ...]
+    python -m tools.exercises course DIR [CHAPTER ...] [--language zh]
         lay out an nbgrader course: DIR/nbgrader_config.py and DIR/source/NN_name/
 
 Each command's work is done in a module of its own: tools/student_copies.py
@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     course = commands.add_parser("course", help="lay out an nbgrader course")
     course.add_argument("directory", type=Path)
     course.add_argument("chapters", nargs="*", type=Path)
+    course.add_argument("--language", choices=["en", "zh"], default="en",
+                        help="zh: a course of the Chinese edition's chapters, its own course "
+                             "(nbgrader checksums each graded cell as released)")
     return parser
 
 
@@ -187,8 +190,10 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "stamp":
         return stamp(selected(args.chapters), args.check, whole_book=not args.chapters)
     if args.command == "course":
-        return nbgrader_course.write_course(args.directory,
-                                            with_exercises(selected(args.chapters)))
+        chapters = (selected(args.chapters) if args.language == "en"
+                    else chinese_chapters(args.chapters))
+        return nbgrader_course.write_course(args.directory, with_exercises(chapters),
+                                            args.language)
     return verify_chapters(selected(args.chapters), args.verbose, args.jobs)
 
 

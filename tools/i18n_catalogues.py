@@ -29,7 +29,7 @@ EDITION = ("01_embedding", "02_positional_encoding", "03_attention", "04_causal_
            "09_training", "10_generation", "11_language_model", "12_distributed", "13_refinements", "14_benchmarks")
 # The book's own pages in the edition, as "book/NAME" (book/NAME.md), translated unit by
 # unit as the chapters are; the Chinese site has each as NAME.html, beside the English one.
-PAGES = ("book/package", "book/making", "book/performance", "book/sources", "book/teachers")
+PAGES = ("book/package", "book/making", "book/performance", "book/sources", "book/teachers", "book/glossary")
 LANGUAGE = "zh_CN"  # gettext's name for it; the site's lang attribute is zh-CN
 LOCALE = ROOT / "book" / "locale" / LANGUAGE / "LC_MESSAGES"
 BUILD = ROOT / "_build" / "zh"

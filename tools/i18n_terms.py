@@ -16,6 +16,9 @@ whose counts differ stops the check. The 说明 column is for people and is not 
   in them are a form the text may use instead (层归一化（LayerNorm）: 层归一化 or
   LayerNorm; 评估（eval）模式: 评估模式 or eval 模式).
 
+Neither rule reads book/glossary, the table of the terms, whose English column stays
+English in the Chinese edition.
+
 Rule 1, the term is used: a unit whose English has the term has one of the term's Chinese
 forms in its Chinese. The English is read without inline code, math, link targets and any
 English the Chinese keeps as it stands (the term with a neighbouring word found verbatim in
@@ -273,6 +276,9 @@ def unit_problems(entry: polib.POEntry, checked: Checked) -> list[str]:
     return found
 
 
+GLOSSARY = "book/glossary"
+
+
 def document_problems(name: str, earlier: set[str], locale: Path = LOCALE,
                       style: Path = STYLE) -> list[str]:
     """Rules 1 and 2 on one chapter or page; `earlier` holds the English of the terms that
@@ -314,6 +320,8 @@ def term_problems(names: tuple[str, ...] = EDITION + PAGES, locale: Path = LOCAL
     if any(name in PAGES for name in names):
         last = len(EDITION) - 1
     for name in EDITION[:last + 1] + tuple(name for name in PAGES if name in names):
+        if name == GLOSSARY:
+            continue  # the table of the terms itself: its English column stays English
         if catalogue_path(name, locale).exists():  # else the check names it missing
             problems = document_problems(name, earlier, locale, style)
             found += problems if name in names else []

@@ -2,7 +2,10 @@
 
 DIR/nbgrader_config.py and DIR/source/NN_name/NN_name.ipynb, one assignment per
 chapter (the chapter notebook as committed, nbgrader's metadata already in it, less
-jupytext's pairing, so that no .py file appears beside a student's copy).
+jupytext's pairing, so that no .py file appears beside a student's copy). With
+`--language zh`, the Chinese edition's chapters, as a course of their own
+(`transformer-book-zh`): nbgrader checksums each graded cell as it releases it, so one
+course cannot hold both languages.
 Then, in DIR, with this project's environment active (its bin/ first on PATH, since
 nbgrader calls `alembic` from there):
 
@@ -34,7 +37,7 @@ CONFIG = '''\
 # Written by `python -m tools.exercises course` from {root}.
 c = get_config()  # noqa: F821 - provided by nbgrader
 
-c.CourseDirectory.course_id = "transformer-book"
+c.CourseDirectory.course_id = "{course_id}"
 
 # Chapter 09 trains a model for about two minutes in one cell; nbgrader's default
 # limit is 30 seconds per cell.
@@ -49,17 +52,21 @@ c.Execute.extra_arguments = {arguments!r}
 '''
 
 
-def config_text(directory: Path) -> str:
+def config_text(directory: Path, language: str = "en") -> str:
     arguments = grading_guard.kernel_arguments(
         protect=[str(directory.resolve()), str(ROOT)],
         allow=[str(PACKAGE)])
-    return CONFIG.format(root=ROOT, timeout=CELL_TIMEOUT, arguments=arguments)
+    course_id = "transformer-book" + ("" if language == "en" else f"-{language}")
+    return CONFIG.format(root=ROOT, timeout=CELL_TIMEOUT, arguments=arguments,
+                         course_id=course_id)
 
 
-def write_course(directory: Path, chapters: list[Chapter]) -> int:
-    """Write (or refresh) the course's config and its source notebooks."""
+def write_course(directory: Path, chapters: list[Chapter], language: str = "en") -> int:
+    """Write (or refresh) the course's config and its source notebooks: the English
+    chapters, or with language="zh" the Chinese edition's (built from the catalogues;
+    their code cells and checks are the English ones, byte for byte)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "nbgrader_config.py").write_text(config_text(directory))
+    (directory / "nbgrader_config.py").write_text(config_text(directory, language))
     for chapter in chapters:
         target = directory / "source" / chapter.name / chapter.path.name
         target.parent.mkdir(parents=True, exist_ok=True)
