@@ -989,7 +989,7 @@ plt.show()
 #   depth $L$ grows, as Xiong et al.'s analysis predicts: multiplied by $\sqrt{L}$
 #   it stays between 0.43 and 0.52 from 3 to 24 layers. A deeper model automatically
 #   takes more careful steps, which is why Pre-LN stacks train with a larger learning
-#   rate and little or no warm-up.
+#   rate and little or no warm-up (chapter 09 trains both at the paper's depth).
 #
 # The price: where Post-LN trains at all, it tends to end slightly better.
 # Nguyen and Salazar (2019, "Transformers without Tears") found Pre-LN worse than

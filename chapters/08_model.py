@@ -1115,6 +1115,15 @@ for name, r in rows.items():
 # * **Tying matters.** Without sharing and tying, the base model would have three
 #   tables, $2 \times 18.9$M more: 101M (printed below), far from 65M. The paper's count
 #   agrees with what it says it does: it ties.
+# * **The tied layer keeps its bias** (the `out bias` column): $V$ numbers, a score that
+#   each word gets whatever the decoder says, which is where a word's overall frequency
+#   can go without bending the vector that also serves as its input. Some
+#   implementations drop it when they tie; chapter 11 measures what a trained one learns.
+# * **Factorising is the other way to shrink the output layer**: project the decoder
+#   state to $r < d_{\text{model}}$ numbers, then to $V$ scores, $d_{\text{model}}\, r + r\,V$
+#   weights instead of $d_{\text{model}}\, V$ (printed below). It keeps the input and
+#   output tables apart, but every score is then a function of only $r$ numbers, a
+#   bottleneck that tying does not impose.
 # * Positions cost nothing: the sinusoidal table is a buffer, not a parameter.
 
 # %%
@@ -1126,6 +1135,12 @@ for name, r in rows.items():
 with torch.device("meta"):
     untied_base = Transformer(V_PAPER, V_PAPER, **PAPER_CONFIGS["base"])  # three tables
 print(f"base without sharing or tying: {count_parameters(untied_base) / 1e6:.1f}M")
+d_base = PAPER_CONFIGS["base"]["d_model"]
+for r in (64, 128, 256):
+    with torch.device("meta"):  # decoder state -> r numbers -> V scores
+        factorised = nn.Sequential(nn.Linear(d_base, r, bias=False), nn.Linear(r, V_PAPER, bias=False))
+    print(f"output weights factorised through r = {r:3d}: {count_parameters(factorised) / 1e6:4.1f}M "
+          f"(a separate layer: {d_base * V_PAPER / 1e6:.1f}M; tied: none)")
 assert count_parameters(untied_base) - rows["base"]["total"] == 2 * V_PAPER * 512
 assert count_parameters(PositionalEncoding(512, max_len=512, dropout=0.1)) == 0  # a buffer only
 
@@ -1280,6 +1295,46 @@ plt.show()
 # the caches that chapter 10 builds for its attention sublayers) and `start` (the position of
 # the first token in `tgt`, passed to `PositionalEncoding.forward(x, start)`). With
 # the defaults they change nothing.
+#
+# ### Three families from the same parts
+#
+# The paper's model is one of three shapes that later models took. All three are built
+# from the parts we have; they differ in which positions a position may see, and in what
+# they are trained to predict:
+#
+# | family | parts | a position sees | trained to predict | examples |
+# |---|---|---|---|---|
+# | encoder-only | encoder, output layer | every position | tokens hidden in the input | BERT (Devlin et al. 2019) |
+# | decoder-only | decoder without cross-attention | itself and the positions before it | the next token | GPT (Radford et al. 2018), chapter 11 |
+# | encoder-decoder | both | the source: all of it; the target: itself and the positions before it | the next target token | the paper, T5 (Raffel et al. 2020) |
+#
+# The difference shows when we change one token and watch which outputs move. Below,
+# in section 4's `demo`, we change the first sentence's source token at position 3, then
+# its target token at position 2 (True: that position's output changed).
+
+# %%
+def moved(a: torch.Tensor, b: torch.Tensor) -> list[bool]:
+    """Which positions of the first sentence differ between two outputs [B, T, ...]."""
+    return ((a - b).abs().amax(-1)[0] > 1e-6).tolist()
+
+other_src, other_tgt = demo_src.clone(), demo_tgt.clone()
+other_src[0, 3], other_tgt[0, 2] = 11, 12
+with torch.no_grad():
+    memory, other_memory = demo.encode(demo_src), demo.encode(other_src)
+    logits = demo.decode(demo_tgt, memory)
+    print("source token 3 changed, encoder outputs:", moved(memory, other_memory))
+    print("source token 3 changed, decoder outputs:", moved(logits, demo.decode(demo_tgt, other_memory)))
+    print("target token 2 changed, decoder outputs:", moved(logits, demo.decode(other_tgt, memory)))
+
+# %% [markdown]
+# Every encoder output moves, those before position 3 included: the encoder reads both
+# sides of a token, as an encoder-only model needs to fill in a hidden word from what
+# surrounds it. Every decoder output moves with the source, through cross-attention. A
+# changed target token moves only its own position and those after it: a prediction uses
+# only what comes before it, which is what lets a decoder generate text one token at a
+# time (chapter 10). An encoder-only model is the encoder with an output layer on top;
+# this book does not train one, because its subject from chapter 09 on is generating
+# text.
 #
 # ## 8 · What we can do now, and what is still missing
 #

@@ -90,7 +90,7 @@ def continue_poems(model: nn.Module, first_lines: list[str], vocab: CharVocab, m
             written[i] = [line for line in (lines if ended else lines[:-1]) if line]
     return written
 
-# %% chapters/11_language_model.ipynb, cell 58
+# %% chapters/11_language_model.ipynb, cell 60
 def longest_shared_run(text: str, corpus: str) -> str:
     """The longest run of characters of text that also occurs somewhere in corpus.
 
