@@ -726,25 +726,6 @@ print("equal to nn.MultiheadAttention (to 1e-6): output",
 assert torch.allclose(ours_out, ref_out, atol=1e-6) and torch.allclose(ours_w, ref_w, atol=1e-6)
 
 # %% [markdown]
-# **Bad input fails with a message that says what was expected:**
-
-# %%
-x4 = torch.randn(4, 4, d_model)  # batch 4, length 4: as many sentences as positions
-pad4 = torch.tensor([[True] * 4, [True] * 3 + [False], [True] * 2 + [False] * 2, [True] + [False] * 3])
-x2 = torch.randn(h, 4, d_model)  # batch 2: as many sentences as heads
-for bad in (lambda: MultiHeadAttention(10, 3),
-            lambda: mha(src[0], src[0], src[0]),  # rank 2: batch axis missing
-            lambda: mha(queries[:2], memory[:1], memory[:1]),  # batch 2 vs 1
-            lambda: mha(x4, x4, x4, pad4),  # [B, Tk] padding with B == Tq
-            lambda: mha(x2, x2, x2, pad4[:h, None, :].expand(h, 4, 4))):  # [B, Tq, Tk] with B == heads
-    try:
-        bad()
-    except ValueError as e:
-        print("ValueError:", e)
-    else:
-        raise AssertionError("expected a ValueError")
-
-# %% [markdown]
 # **Dropout acts on the weights, in training only.** In `train()` mode some weights are
 # zeroed and the rest scaled by $1/(1-p)$, so rows no longer sum to one; in `eval()` mode
 # the module is deterministic.

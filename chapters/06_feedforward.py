@@ -259,20 +259,12 @@ for act in ("relu", "gelu"):
     assert same
 
 # %% [markdown]
-# **Dropout acts on the hidden layer in training only**, and bad input gets a clear error:
+# **Dropout acts on the hidden layer in training only:**
 
 # %%
 drop = FeedForward(16, dropout=0.5)
 assert not torch.equal(drop.train()(x), drop.train()(x))
 assert torch.equal(drop.eval()(x), drop.eval()(x))
-for bad in (lambda: FeedForward(16, activation="tanh"), lambda: FeedForward(0),
-            lambda: ffn(torch.randn(1, 5, 12))):
-    try:
-        bad()
-    except ValueError as e:
-        print("ValueError:", e)
-    else:
-        raise AssertionError("expected a ValueError")
 
 # %% [markdown]
 # ## 6 · Figures: the two activations, and where a layer's parameters live

@@ -769,13 +769,6 @@ assert src_vocab.itos[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
 for en, zh in pairs[:500]:
     assert src_vocab.decode(src_vocab.encode(en)) == en and tgt_vocab.decode(tgt_vocab.encode(zh)) == zh
 assert Vocab.from_dict(tgt_vocab.to_dict()) == tgt_vocab
-for bad in ["", "   ", " ".join(["apples"] * 40), "I love <eos>"]:
-    try:
-        src_vocab.encode(bad, max_len=MAX_WORDS + 2)
-    except ValueError as err:
-        print("ValueError:", str(err)[:90])
-    else:
-        raise AssertionError(f"{bad!r} should be refused")
 
 # %% [markdown]
 # ### Batches

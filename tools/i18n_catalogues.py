@@ -26,7 +26,8 @@ from tools.notebooks import CHAPTERS, ROOT
 # and the build writes exactly these. A chapter joins once its catalogue is translated.
 EDITION = ("01_embedding", "02_positional_encoding", "03_attention", "04_causal_mask",
            "05_multihead_attention", "06_feedforward", "07_blocks", "08_model",
-           "09_training", "10_generation", "11_language_model", "12_distributed", "13_refinements", "14_benchmarks")
+           "09_training", "10_generation", "11_language_model", "12_distributed", "13_refinements", "14_benchmarks",
+           "15_package")
 # The book's own pages in the edition, as "book/NAME" (book/NAME.md), translated unit by
 # unit as the chapters are; the Chinese site has each as NAME.html, beside the English one.
 PAGES = ("book/package", "book/making", "book/performance", "book/sources", "book/teachers", "book/glossary")
