@@ -474,30 +474,6 @@ assert torch.equal(positional(x[:, 2:], start=2), whole[:, 2:])
 print("positional(x[:, t:t+1], start=t) for t = 0..4 equals positional(x):", torch.equal(pieces, whole))
 
 # %% [markdown]
-# **Bad input** is refused with an error that names the argument.
-
-# %%
-def raises(error: type[Exception], fn, *args, **kwargs) -> str:
-    """Call fn and return the message of the expected error (fail if none is raised)."""
-    try:
-        fn(*args, **kwargs)
-    except error as err:
-        return str(err)
-    raise AssertionError(f"{fn} did not raise {error.__name__}")
-
-
-for error, fn, args, kwargs in [
-    (ValueError, PositionalEncoding, (15,), {}),  # odd d_model
-    (ValueError, positional, (torch.randn(5, D),), {}),  # rank 2: batch missing
-    (ValueError, positional, (torch.randn(1, 5, 256),), {}),  # wrong d_model
-    (TypeError, positional, (ids,), {}),  # token ids instead of embeddings
-    (ValueError, positional, (torch.randn(1, 65, D),), {}),  # longer than max_len=64
-    (ValueError, positional, (torch.randn(1, 1, D),), {"start": 64}),  # generating past max_len
-    (ValueError, positional, (torch.randn(1, 1, D),), {"start": -1}),
-]:
-    print(f"{error.__name__}: {raises(error, fn, *args, **kwargs)}")
-
-# %% [markdown]
 # ### Why add, and not concatenate?
 #
 # Concatenating $[x_{tok};\, PE(pos)]$ would keep the two signals apart, but it widens every

@@ -42,6 +42,7 @@ from transformer.feedforward import FeedForward
 from transformer.masks import causal_mask, combine_masks, padding_mask
 from transformer.model import Transformer
 from transformer.multihead import MultiHeadAttention
+from transformer.positional import PositionalEncoding
 
 _ = torch.manual_seed(0)
 
@@ -107,6 +108,23 @@ def refused(bad_calls: dict) -> None:
         else:
             raise AssertionError(f"{name} was accepted")
 
+
+# %% [markdown]
+# **Positional encoding** (chapter 02): an odd width, a missing batch axis, a wrong width,
+# token ids where embeddings belong, and positions past `max_len`, in training and while
+# generating.
+
+# %%
+positional = PositionalEncoding(16, max_len=64)
+refused({
+    "odd d_model": lambda: PositionalEncoding(15),
+    "no batch axis": lambda: positional(torch.randn(5, 16)),
+    "width 256, not 16": lambda: positional(torch.randn(1, 5, 256)),
+    "token ids": lambda: positional(torch.tensor([[1, 4, 5, 2]])),
+    "65 positions, max_len 64": lambda: positional(torch.randn(1, 65, 16)),
+    "generating at position 64": lambda: positional(torch.randn(1, 1, 16), start=64),
+    "start = -1": lambda: positional(torch.randn(1, 1, 16), start=-1),
+})
 
 # %% [markdown]
 # **Masks and attention** (chapters 03 and 04). Scores of two sentences of five tokens,
