@@ -38,6 +38,7 @@ import torch
 
 from transformer.attention import scaled_dot_product_attention
 from transformer.data import Vocab
+from transformer.embedding import TokenEmbedding
 from transformer.feedforward import FeedForward
 from transformer.masks import causal_mask, combine_masks, padding_mask
 from transformer.model import Transformer
@@ -108,6 +109,25 @@ def refused(bad_calls: dict) -> None:
         else:
             raise AssertionError(f"{name} was accepted")
 
+
+# %% [markdown]
+# **The embedding** (chapter 01). An id outside the vocabulary, and ids stored as floats,
+# each beside what `nn.Embedding` alone says about the same call, then sizes that are not
+# positive integers:
+
+# %%
+embed = TokenEmbedding(13, 8)
+for bad_ids in (torch.tensor([[1, 99]]), torch.tensor([[1.0, 4.0]])):
+    refused({"TokenEmbedding": lambda ids=bad_ids: embed(ids)})
+    try:
+        embed.embedding(bad_ids)
+    except (IndexError, RuntimeError) as err:
+        print(f"{'nn.Embedding alone':>28} -> {type(err).__name__}: {err}")
+refused({
+    "vocab_size = 0": lambda: TokenEmbedding(0, 8),
+    "d_model = -8": lambda: TokenEmbedding(13, -8),
+    "vocab_size = 13.0": lambda: TokenEmbedding(13.0, 8),
+})
 
 # %% [markdown]
 # **Positional encoding** (chapter 02): an odd width, a missing batch axis, a wrong width,
