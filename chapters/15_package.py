@@ -94,9 +94,9 @@ print("weight on padding, [B, 1, 1, Tk]:", round(right[~keep[:, None, :].expand(
 #
 # Each layer checks its arguments where they enter it, once, and raises an error that
 # names the argument: `TypeError` for a tensor of the wrong dtype, `ValueError` for a
-# wrong shape, size or option, `IndexError` for an id outside the vocabulary. `refused` runs each bad call,
-# prints the error, and fails if a call was accepted, so that the list below is also a
-# test.
+# wrong shape, size or option, `IndexError` for an id outside the vocabulary. `refused`
+# runs each bad call, prints the error, and fails if a call was accepted, so that the
+# list below is also a test.
 
 # %%
 def refused(bad_calls: dict) -> None:
