@@ -674,3 +674,27 @@ def test_a_chinese_student_copy_is_graded_by_the_english_chapters_checks(tmp_pat
             cell.source = solutions[grade_id]
     results = [r for r in grading.grade(copy, english) if not r.manual]
     assert len(results) == len(english.checks) and all(r.passed for r in results), results
+
+
+def test_a_grader_that_ends_without_a_report_is_run_once_more(monkeypatch, tmp_path):
+    """A kernel that fails to start or shut down is the machine's accident: the notebook is
+    graded again, once; a notebook that breaks the grader every time is reported."""
+    from tools import gradebook
+
+    runs = []
+
+    def flaky(path, chapter, timeout, threads, protect):
+        runs.append(path)
+        if len(runs) == 1:
+            return {"file": str(path), "results": [], "crashed": True, "error": "the grader failed"}
+        return {"file": str(path), "results": [{"name": "ex1", "passed": True}]}
+
+    monkeypatch.setattr(gradebook, "_run_child", flaky)
+    outcome = gradebook.run_worker(tmp_path / "a.ipynb", None, 60, 1)
+    assert len(runs) == 2 and outcome["results"] and "crashed" not in outcome and "error" not in outcome
+
+    runs.clear()
+    monkeypatch.setattr(gradebook, "_run_child", lambda *args: runs.append(1) or {
+        "file": "b.ipynb", "results": [], "crashed": True, "error": "the grader failed"})
+    outcome = gradebook.run_worker(tmp_path / "b.ipynb", None, 60, 1)
+    assert len(runs) == 2 and outcome["error"] == "the grader failed" and "crashed" not in outcome

@@ -58,7 +58,20 @@ def run_worker(path: Path, chapter: Chapter | None, timeout: int, threads: int,
     """Grade one notebook in a child process (with its own kernel); never raises.
 
     The child is `python -m tools.exercises grade-one`, started in the repository root
-    (where `tools` imports), so the paths it is given are absolute."""
+    (where `tools` imports), so the paths it is given are absolute. A child that ends
+    without a report (its kernel failed to start or to shut down: on a busy machine
+    nbclient's cleanup can fail before the notebook ran) is run once more; a notebook
+    that breaks the grader breaks it twice and is reported."""
+    outcome = _run_child(path, chapter, timeout, threads, protect)
+    if outcome.get("crashed"):
+        outcome = _run_child(path, chapter, timeout, threads, protect)
+    outcome.pop("crashed", None)
+    return outcome
+
+
+def _run_child(path: Path, chapter: Chapter | None, timeout: int, threads: int,
+               protect: list[Path]) -> dict:
+    """One run of the grading child: its report, or an error row ("crashed": no report)."""
     command = [sys.executable, "-m", GRADER, "grade-one", str(path.resolve()),
                "--timeout", str(timeout)]
     if chapter is not None:
@@ -85,8 +98,9 @@ def run_worker(path: Path, chapter: Chapter | None, timeout: int, threads: int,
         return {**outcome, "file": str(path)}  # as given: the gradebook's rows name it so
     except (json.JSONDecodeError, IndexError, TypeError):
         tail = " | ".join(err.strip().splitlines()[-3:])
-        return {**base, "error": f"the grader failed on this notebook (exit {process.returncode}): "
-                                 f"{tail[-400:]}"}
+        return {**base, "crashed": True,
+                "error": f"the grader failed on this notebook (exit {process.returncode}): "
+                         f"{tail[-400:]}"}
 
 
 # --- the rows ---------------------------------------------------------------------------
