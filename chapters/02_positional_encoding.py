@@ -937,5 +937,5 @@ print("ex4-read-offset passed")
 #   dropout after the addition, adds positions `start .. start+T-1` in
 #   `forward(x, start=0)` for step-by-step generation, and raises a clear error for an odd
 #   `d_model`, an input that is not `[batch, seq, d_model]`, or positions past `max_len`.
-#   `transformer.sinusoidal_encoding(length, d_model, start=0)` gives the table itself.
+#   `transformer.positional.sinusoidal_encoding(length, d_model, start=0)` gives the table itself.
 # * Next: let positions read each other, with attention (chapter 03).

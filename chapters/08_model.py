@@ -121,11 +121,11 @@ print("decoder output:", tuple(states.shape), " <- one vector per position, not 
 # never imports a later one).
 
 # %%
-#| export
+#| export pretrained
 import copy
 import os
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import torch
 from torch import nn
@@ -162,6 +162,12 @@ class PretrainedModel(nn.Module):
     def config(self) -> dict:
         """The constructor's arguments (a copy): `type(model)(**model.config)` rebuilds the model."""
         return copy.deepcopy(self._config)
+
+    @property
+    def lm_head(self) -> nn.Module:
+        """The output layer, `self.generator` (decoder states -> scores over the vocabulary),
+        under the name Hugging Face gives it. Both of the book's models have one."""
+        return cast(nn.Module, self.generator)  # nn.Module.__getattr__ is typed Tensor | Module
 
     def tie_weights(self) -> None:
         """Make shared parameters one Parameter again (nothing to do in this base class).
@@ -259,7 +265,8 @@ def _after_loading(model: PretrainedModel, _incompatible_keys) -> None:
 
 # %%
 #| export
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from transformer.attention import _check_mask
 from transformer.blocks import Decoder, Encoder
@@ -273,6 +280,7 @@ from transformer.embedding import (
 from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import _check_mask_axes
 from transformer.positional import PositionalEncoding
+from transformer.pretrained import PretrainedModel
 
 # The paper's Table 3 configurations (dropout 0.3 is the big model's English-German value).
 PAPER_CONFIGS: dict[str, dict] = {
@@ -590,7 +598,7 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 # wrong with it.
 
 # %%
-#| export
+#| export pretrained
 import inspect
 import json
 

@@ -102,24 +102,14 @@ print("probability it gives the right next words:",
 # statements with "and" or "but".
 
 # %%
-#| export data
+#| export grammar
 import random
 import re
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import NamedTuple, Self
+from collections.abc import Sequence
+from typing import NamedTuple
 
-import torch
-from torch import Tensor
+from transformer.embedding import _check_int  # chapter 01's argument check
 
-# Argument checks from chapter 01 (each error names the caller's argument); chapter 10 imports them from here.
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids  # noqa: F401
-
-PAD_ID = 0  # pads short sentences; the model and the loss ignore it
-BOS_ID = 1  # begins every sentence
-EOS_ID = 2  # ends every sentence
-UNK_ID = 3  # a word the vocabulary does not know
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # in id order: "<pad>" is 0
 MAX_WORDS = 12  # generate_corpus keeps no sentence longer than this (either language)
 LONG_MAX_WORDS = 20  # generate_long_pairs: sentences of MAX_WORDS + 1 to this many words
 
@@ -304,7 +294,7 @@ def sample_pair(rng: random.Random) -> tuple[str, str]:
 
 
 # %%
-#| export data
+#| export grammar
 def generate_corpus(size: int = 30_000, seed: int = 0) -> list[tuple[str, str]]:
     """Draw `size` distinct (English, Chinese) sentence pairs from the grammar, in a fixed order.
 
@@ -387,7 +377,7 @@ assert not ambiguous, f"English sentences with two translations: {list(ambiguous
 # apples; to translate `she bought two green apples` the model must compose.
 
 # %%
-#| export data
+#| export grammar
 def is_held_out(english: str) -> bool:
     """Say whether an English sentence holds one of HELD_OUT_COMBINATIONS (a word of each group).
 
@@ -480,7 +470,7 @@ assert not any(is_held_out(en) for en in train_en), "a held-out combination is i
 # come with it, are new. Chapter 10 studies what the trained model makes of them.
 
 # %%
-#| export data
+#| export grammar
 def generate_long_pairs(size: int = 500, seed: int = 1) -> list[tuple[str, str]]:
     """Draw `size` distinct pairs longer than every pair of generate_corpus.
 
@@ -514,6 +504,8 @@ def generate_long_pairs(size: int = 500, seed: int = 1) -> list[tuple[str, str]]
 
 
 # %%
+from collections import Counter
+
 long_pairs = generate_long_pairs(500, seed=1)
 lengths = Counter(max(len(en.split()), len(zh.split())) for en, zh in long_pairs)
 print(f"{len(long_pairs)} long pairs, {min(lengths)} to {max(lengths)} words; the first:")
@@ -538,6 +530,22 @@ assert ("I love apples", "我 喜欢 苹果") in train_pairs
 
 # %%
 #| export data
+import random
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Self
+
+import torch
+from torch import Tensor
+
+from transformer.embedding import _check_bool, _check_int  # chapter 01's argument checks
+
+PAD_ID = 0  # pads short sentences; the model and the loss ignore it
+BOS_ID = 1  # begins every sentence
+EOS_ID = 2  # ends every sentence
+UNK_ID = 3  # a word the vocabulary does not know
+SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")  # in id order: "<pad>" is 0
 PUNCTUATION = "?？.。!！,，;；:："  # each mark becomes a word of its own
 SENTENCE_END = (".", "。", "!", "！")  # dropped at the end of a sentence: the corpus writes none
 
@@ -897,13 +905,12 @@ for row in tgt_batch:
 # so that the loss never needs to know which id pads.
 
 # %%
-#| export
-import math
-
+#| export losses
 import torch
 from torch import Tensor
 
-from transformer.data import PAD_ID, _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.data import PAD_ID
+from transformer.embedding import _check_float, _check_int, _check_token_ids
 
 IGNORE_INDEX = -100  # the label of a position the loss skips (PyTorch's convention)
 
@@ -969,7 +976,7 @@ for t in range(labels.size(1)):
 # the same.)
 
 # %%
-#| export
+#| export losses
 def _check_labels(labels: Tensor, vocab_size: int, ignore_index: int) -> None:
     """A ValueError unless every label is a class id in [0, vocab_size) or ignore_index.
 
@@ -1104,7 +1111,12 @@ plt.show()
 # scaled down to that norm, so that one unlucky batch cannot throw the weights far away.
 
 # %%
-#| export
+#| export schedule
+import torch
+
+from transformer.embedding import _check_float, _check_int
+
+
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
     """The paper's learning rate at update `step`: factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
 
@@ -1227,10 +1239,18 @@ assert optimizer.param_groups[0]["betas"] == (0.9, 0.98) and optimizer.param_gro
 
 # %%
 #| export
+import math
 from collections.abc import Callable, Iterable, Sized
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
+
+import torch
+from torch import Tensor
+
+from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.losses import IGNORE_INDEX, label_smoothed_cross_entropy, shift_targets
+from transformer.schedule import make_optimizer
 
 LossFn = Callable[[torch.nn.Module, Any], tuple[Tensor, int]]  # (model, batch) -> (mean loss, tokens)
 
@@ -1567,12 +1587,15 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
 # on digits, say) is just `save_pretrained`'s directory, and loads the same way.
 
 # %%
-#| export
+#| export saving
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import transformer as _package
-from transformer.model import Transformer, _as_directory, _json_text, read_pretrained_config
+from transformer.data import Vocab
+from transformer.model import Transformer
+from transformer.pretrained import _as_directory, _json_text, read_pretrained_config
 
 TRANSLATOR_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "translator"
 SRC_VOCAB_FILE, TGT_VOCAB_FILE = "src_vocab.json", "tgt_vocab.json"
@@ -1690,7 +1713,18 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
 # word, stop at `<eos>`) is enough to score the model: a translation counts as right only
 # if every word matches the reference (*exact match*).
 # %%
-#| export
+#| export evaluation
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from transformer.data import Vocab, make_batches
+from transformer.embedding import _check_int
+from transformer.model import Transformer
+
+
 @torch.no_grad()
 def _greedy_ids(model: Transformer, src: Tensor, max_new_tokens: int) -> Tensor:
     """A minimal batched greedy decoder for measuring accuracy here: src [B, S] -> ids
@@ -2086,7 +2120,7 @@ print("all checks passed")
 # trained by this chapter (by `make checkpoint`: see section 9) ships with the package:
 #
 # ```python
-# from transformer.training import load_checkpoint
+# from transformer.saving import load_checkpoint
 # model, src_vocab, tgt_vocab, metrics = load_checkpoint()
 # ```
 #
@@ -2343,7 +2377,7 @@ print("ex4 passed")
 # %% [markdown]
 # ## Summary
 #
-# - **Data**: a grammar shipped in `transformer.data` writes 30 000 English→Chinese pairs
+# - **Data**: a grammar shipped in `transformer.grammar` writes 30 000 English→Chinese pairs
 #   with reordering, negation, questions, aspect and measure words; the split keeps test
 #   sentences, and some word combinations, out of training; `Vocab` maps words to ids
 #   with `<pad>`=0, `<bos>`, `<eos>`, `<unk>`; `make_batches` pads.

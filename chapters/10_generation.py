@@ -53,9 +53,10 @@ torch.set_num_threads(1)
 
 # %%
 import transformer.data as data
+import transformer.grammar as grammar
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
 from transformer.model import count_parameters
-from transformer.training import load_checkpoint
+from transformer.saving import load_checkpoint
 
 checkpoint = load_checkpoint()  # transformer/checkpoints/translator/, trained in chapter 09
 model, src_vocab, tgt_vocab = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
@@ -77,8 +78,9 @@ def encode_source(sentences: list[str]) -> torch.Tensor:
 # %%
 import sacrebleu
 
-from transformer.data import generate_corpus, is_held_out, split_corpus
-from transformer.training import TRANSLATOR_CHECKPOINT, evaluate_translation
+from transformer.grammar import generate_corpus, is_held_out, split_corpus
+from transformer.evaluation import evaluate_translation
+from transformer.saving import TRANSLATOR_CHECKPOINT
 
 all_test_pairs = split_corpus(generate_corpus()).test  # chapter 09's 1,500 test sentences
 shipped = evaluate_translation(model, all_test_pairs, src_vocab, tgt_vocab)  # greedy
@@ -190,7 +192,14 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.embedding import (
+    _check_bool,
+    _check_float,
+    _check_id_range,
+    _check_int,
+    _check_token_ids,
+    _id_range_checked,
+)
 from transformer.model import Transformer
 
 
@@ -376,7 +385,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from transformer.data import _check_bool, _check_int
+from transformer.embedding import _check_bool, _check_int
 from transformer.masks import padding_mask
 from transformer.multihead import MultiHeadAttention
 
@@ -623,8 +632,9 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     [B, V] of position t; choose maps logits [B, V] to ids [B]. A row ends at eos_id,
     when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
     """
+    _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _id_range_checked():
             return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
                          stopping_criteria)
     finally:
@@ -647,7 +657,7 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
           ) -> Tensor:
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # [B]
     for t in range(int(lengths.min()), tokens.size(1)):
-        logits = _check_logits(step(tokens[:, :t]), t)  # [B, V]
+        logits = step(tokens[:, :t])  # [B, V]
         forced = t < lengths  # [B]: rows still inside their prefix take its next id
         next_id = torch.where(forced, tokens[:, t], choose(logits + block))  # never <pad> or <bos>
         new = ~forced & ~done  # [B]: rows that generated a token at t
@@ -659,7 +669,10 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
         if stopping_criteria is not None:
             done |= new & torch.as_tensor(stopping_criteria(tokens[:, :t + 1], logits), device=done.device)
         done |= t + 1 - lengths >= max_new_tokens  # the row's budget is spent
-        if bool(done.all()):
+        # The one read of a value per generated token (on a GPU the host waits for it): has every
+        # row ended? NaN logits end the loop too, and _check_logits reports them.
+        if bool(done.all() | logits.isnan().any()):
+            _check_logits(logits, t)
             return tokens[:, :t + 1].contiguous()
     return tokens
 
@@ -1137,7 +1150,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _blocked_logits,
     _check_length,
@@ -1147,7 +1160,7 @@ from transformer.decoding import (
     _vocab_size,
     eval_mode,
 )
-from transformer.embedding import _check_id_range
+from transformer.embedding import _check_id_range, _id_range_checked
 from transformer.kv_cache import IncrementalDecoder
 from transformer.model import Transformer
 
@@ -1322,39 +1335,42 @@ def _beam_loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor
     frozen = torch.full_like(block, -math.inf)
     frozen[pad_id] = 0.0  # a finished hypothesis has one continuation, padding, at no cost
     max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
-    for t in range(int(lengths.min()), tokens.size(1)):
-        logits = _check_logits(step(tokens[:, :t]), t).float().view(batch, rows, -1)  # [B, R, V]
-        vocab = logits.size(-1)
-        step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
-        forced = t < lengths  # [B]: sources still inside their prefix take its next id, at no cost
-        if bool(forced.any()):
-            one_id = torch.full((batch, 1, vocab), -math.inf, device=device)
-            one_id.scatter_(-1, forced_ids[:, t, None, None], 0.0)  # [B, 1, V]
-            step_logp = torch.where(forced[:, None, None], one_id, step_logp)
-        cand_logp = logp[..., None] + step_logp  # [B, R, V]
-        cand_len = length + (~done & ~forced[:, None]).long()  # [B, R]
-        cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
-        best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
-        parent, token = best // vocab, best % vocab  # which hypothesis, which next token
-        if rows > k:  # the greedy row: its own most likely token (padding once finished)
-            greedy = torch.where(done[:, k], pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
-            greedy = torch.where(forced, forced_ids[:, t], greedy)
-            parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
-            token = torch.cat([token, greedy[:, None]], dim=1)
-        logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
-        length = cand_len.gather(-1, parent)
-        done = done.gather(-1, parent) | ((token == eos_id) & ~forced[:, None]) | (length >= max_new_tokens)
-        survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
-        tokens = tokens.index_select(0, survivors)
-        tokens[:, t] = token.view(-1)
-        step.reorder(survivors, cross=False)  # type: ignore[attr-defined]  # rows of a source share it
-        if bool(done.all()):
-            break
-        # Can an unfinished hypothesis still overtake the best finished one?
-        finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
-        ceiling = torch.where(done, -math.inf, logp / max_lp)
-        if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all()):
-            break
+    _check_id_range("input_ids", forced_ids, block.numel())  # the prefixes, once: every later id is a choice
+    prefix_end = int(lengths.max())  # positions before it are some source's prefix
+    with _id_range_checked():
+        for t in range(int(lengths.min()), tokens.size(1)):
+            logits = step(tokens[:, :t]).float().view(batch, rows, -1)  # [B, R, V]
+            vocab = logits.size(-1)
+            step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
+            forced = t < lengths  # [B]: sources still inside their prefix take its next id, at no cost
+            if t < prefix_end:
+                one_id = torch.full((batch, 1, vocab), -math.inf, device=device)
+                one_id.scatter_(-1, forced_ids[:, t, None, None], 0.0)  # [B, 1, V]
+                step_logp = torch.where(forced[:, None, None], one_id, step_logp)
+            cand_logp = logp[..., None] + step_logp  # [B, R, V]
+            cand_len = length + (~done & ~forced[:, None]).long()  # [B, R]
+            cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
+            best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
+            parent, token = best // vocab, best % vocab  # which hypothesis, which next token
+            if rows > k:  # the greedy row: its own most likely token (padding once finished)
+                greedy = torch.where(done[:, k], pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
+                greedy = torch.where(forced, forced_ids[:, t], greedy)
+                parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
+                token = torch.cat([token, greedy[:, None]], dim=1)
+            logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
+            length = cand_len.gather(-1, parent)
+            done = done.gather(-1, parent) | ((token == eos_id) & ~forced[:, None]) | (length >= max_new_tokens)
+            survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
+            tokens = tokens.index_select(0, survivors)
+            tokens[:, t] = token.view(-1)
+            step.reorder(survivors, cross=False)  # type: ignore[attr-defined]  # rows of a source share it
+            # Stop when no unfinished hypothesis can overtake the best finished one (all finished
+            # included): the one read of a value per step. NaN logits stop it too, reported here.
+            finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
+            ceiling = torch.where(done, -math.inf, logp / max_lp)
+            if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all() | logits.isnan().any()):
+                _check_logits(logits, t)
+                break
     final = logp / length_penalty(length, alpha)  # [B, R]
     # A stable sort, so that of two equal scores the first row wins (as max would pick it).
     scores, order = final.sort(dim=-1, descending=True, stable=True)
@@ -1411,7 +1427,7 @@ print(f"beam 4 and greedy write the same translation for {agree} of {len(test_pa
 # and no search fixes it.
 
 # %%
-long_pairs = data.generate_long_pairs()  # chapter 09's 500 long pairs, 13 to 20 words
+long_pairs = grammar.generate_long_pairs()  # chapter 09's 500 long pairs, 13 to 20 words
 long_src = encode_source([en for en, _ in long_pairs])  # [500, S]
 long_refs = [zh for _, zh in long_pairs]
 long_greedy = greedy_decode(model, long_src, BOS_ID, EOS_ID, max_new_tokens=24)
@@ -1473,7 +1489,7 @@ assert sum(by_length[13]) / len(by_length[13]) > sum(by_length[17]) / len(by_len
 # *other* clause:
 
 # %%
-TIME_AND_PLACE = {zh for _, zh in data.Grammar.PLACES} | {zh for ts in data.Grammar.TIMES.values() for _, zh in ts}
+TIME_AND_PLACE = {zh for _, zh in grammar.Grammar.PLACES} | {zh for ts in grammar.Grammar.TIMES.values() for _, zh in ts}
 TIME_AND_PLACE_WORDS = {w for phrase in TIME_AND_PLACE for w in phrase.split()}
 first_clause, borrowed = 0, 0
 examples = []
@@ -1507,7 +1523,7 @@ assert first_clause > mistakes / 2 and borrowed > mistakes / 4
 # for it:
 
 # %%
-TIME_AND_PLACE_EN = [en for en, _ in data.Grammar.PLACES] + [en for ts in data.Grammar.TIMES.values() for en, _ in ts]
+TIME_AND_PLACE_EN = [en for en, _ in grammar.Grammar.PLACES] + [en for ts in grammar.Grammar.TIMES.values() for en, _ in ts]
 
 
 def clauses_with_time_or_place(english: str) -> int:
@@ -1730,16 +1746,13 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer.data import Vocab, _check_float, _check_int, pad_sequences
+from transformer.data import Vocab, pad_sequences
+from transformer.embedding import _check_float, _check_int
 from transformer.beam_search import beam_search
 from transformer.decoding import greedy_decode
-from transformer.model import Transformer, _as_directory
-from transformer.training import (
-    SRC_VOCAB_FILE,
-    TGT_VOCAB_FILE,
-    TRANSLATOR_CHECKPOINT,
-    load_checkpoint,
-)
+from transformer.model import Transformer
+from transformer.pretrained import _as_directory
+from transformer.saving import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TRANSLATOR_CHECKPOINT, load_checkpoint
 
 
 class UnknownWordsError(ValueError):
@@ -1986,7 +1999,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.beam_search import _beam_loop, _check_beam_options, beam_search
-from transformer.data import _check_bool, _check_int, _check_token_ids
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _autoregressive,
     _blocked_logits,
@@ -2061,7 +2074,7 @@ def _left_align(out: Tensor, lengths: Tensor, width: int, pad_id: int) -> Tensor
 def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
              do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
              top_p: float | None = None, num_beams: int = 1, num_return_sequences: int = 1,
-             alpha: float = 0.6, attention_mask: Tensor | None = None, bos_id: int | None = None,
+             length_penalty: float = 0.6, attention_mask: Tensor | None = None, bos_id: int | None = None,
              eos_id: int | None = None, pad_id: int | None = None, ignore_eos: bool = False,
              streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
              generator: torch.Generator | None = None, use_cache: bool | None = None) -> Tensor:
@@ -2088,7 +2101,8 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         num_beams: > 1 for beam search with GNMT's length penalty (default 1).
         num_return_sequences: outputs per input, > 0 (default 1): the best ones of the
             beam, or independent draws with do_sample; rows of input b come together.
-        alpha: beam search's length penalty exponent, >= 0 (default 0.6).
+        length_penalty: with num_beams > 1, the exponent alpha of GNMT's length penalty
+            (beam_search's alpha), >= 0 (default 0.6; Hugging Face's name for it).
         attention_mask: [B, T], 1 (or True) for a token, 0 for padding (default None: for an
             encoder-decoder model the ids that are not pad_id, for a decoder-only model
             every id). A decoder-only model takes left padding only.
@@ -2123,6 +2137,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
     _check_bool("do_sample", do_sample)
     _check_int("num_beams", num_beams)
     _check_int("num_return_sequences", num_return_sequences)
+    _check_float("length_penalty", length_penalty, 0.0)
     if not do_sample:
         for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("generator", generator)):
             if value is not None:
@@ -2164,7 +2179,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
                              "its embeddings and masks are built: leave pad_id out for this model")
         src_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, S]
         if num_beams > 1:
-            tokens, _ = beam_search(translator, input_ids, bos_id, eos_id, num_beams, alpha, max_new_tokens,  # type: ignore[arg-type]
+            tokens, _ = beam_search(translator, input_ids, bos_id, eos_id, num_beams, length_penalty, max_new_tokens,  # type: ignore[arg-type]
                                     use_cache, keep_greedy=num_return_sequences == 1, src_mask=src_mask,
                                     num_return_sequences=num_return_sequences)
             return tokens
@@ -2175,7 +2190,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
                                    src_mask, streamer, stopping_criteria)
     # A decoder-only model: the prompts are the prefixes.
     if num_beams > 1:
-        _check_beam_options(num_beams, alpha, False, num_return_sequences)
+        _check_beam_options(num_beams, length_penalty, False, num_return_sequences)
         if eos_id is None:
             raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
     mask = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
@@ -2198,7 +2213,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
     with eval_mode(model):
         step = IncrementalDecoder(model, None, None, use_cache, capacity=tokens.size(1))
         if num_beams > 1:
-            out, _ = _beam_loop(step, tokens, lengths, num_beams, num_beams, alpha, block, eos_id,  # type: ignore[arg-type]
+            out, _ = _beam_loop(step, tokens, lengths, num_beams, num_beams, length_penalty, block, eos_id,  # type: ignore[arg-type]
                                 pad_id, max_new_tokens, num_return_sequences)
             lengths = lengths.repeat_interleave(num_return_sequences)
         else:

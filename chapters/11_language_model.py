@@ -447,7 +447,7 @@ print("encode 床前明月光:", vocab.encode("床前明月光"), "->", repr(voc
 
 # %%
 #| export text
-from transformer.training import IGNORE_INDEX
+from transformer.losses import IGNORE_INDEX
 
 
 def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:
@@ -599,7 +599,8 @@ from torch import Tensor, nn
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
 from transformer.embedding import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
 from transformer.text import next_token_labels, sequential_windows
-from transformer.training import IGNORE_INDEX, evaluate_loss
+from transformer.losses import IGNORE_INDEX
+from transformer.training import evaluate_loss
 
 
 class BigramLanguageModel(nn.Module):
@@ -978,7 +979,8 @@ from typing import ClassVar
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
 from transformer.feedforward import FeedForward
-from transformer.model import PretrainedModel, _check_special_ids
+from transformer.model import _check_special_ids
+from transformer.pretrained import PretrainedModel
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import PositionalEncoding
 
@@ -1232,7 +1234,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import transformer as _package
-from transformer.model import read_pretrained_config
+from transformer.pretrained import read_pretrained_config
 from transformer.text import CharVocab
 
 LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm
@@ -1729,7 +1731,7 @@ def perplexity_of(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 # %%
 #| check ex1-perplexity
-from transformer.training import IGNORE_INDEX as _IGNORE
+from transformer.losses import IGNORE_INDEX as _IGNORE
 
 
 def _check_perplexity(logits, labels, what):
@@ -1792,7 +1794,7 @@ def window_at(stream: torch.Tensor, start: int, seq_len: int) -> tuple[torch.Ten
 # %%
 #| check ex2-window points=2
 from transformer.text import CharVocab as _Vocab, encode_stream as _encode, sequential_windows as _windows
-from transformer.training import IGNORE_INDEX as _IGNORE
+from transformer.losses import IGNORE_INDEX as _IGNORE
 
 
 def _check_window(poems, seq_len, starts):

@@ -143,7 +143,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from transformer.data import _check_float, _check_int
+from transformer.embedding import _check_float, _check_int
 from transformer.lm import LanguageModel
 from transformer.model import PAPER_CONFIGS
 
@@ -311,7 +311,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer.data import Vocab, generate_corpus, make_batches, split_corpus
+from transformer.data import Vocab, make_batches
+from transformer.grammar import generate_corpus, split_corpus
 
 
 def load_pairs(data: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -527,7 +528,7 @@ from safetensors import safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from transformer.data import _check_int
+from transformer.embedding import _check_int
 
 LATEST = "latest"  # the pointer file: names the newest complete checkpoint
 
@@ -673,7 +674,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer.data import _check_float, _check_int
+from transformer.embedding import _check_float, _check_int
 from transformer.training import LossFn, StepResult, TrainState, check_loss, take_step
 
 
@@ -809,7 +810,8 @@ from transformer.lm import LanguageModel, lm_loss, perplexity, save_language_mod
 from transformer.model import Transformer
 from transformer.corpus import CORPUS_FILE, read_corpus, split_documents
 from transformer.text import CharVocab, encode_stream, sequential_windows
-from transformer.training import evaluate_loss, save_checkpoint, translation_loss
+from transformer.saving import save_checkpoint
+from transformer.training import evaluate_loss, translation_loss
 
 
 class Task(NamedTuple):
@@ -974,7 +976,7 @@ from transformer.lm import LanguageModel
 from transformer.model import count_parameters
 from transformer.resume import load_resume_checkpoint, save_resume_checkpoint
 from transformer.tasks import language_model_task, make_adamw, translation_task
-from transformer.training import make_optimizer
+from transformer.schedule import make_optimizer
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager:

@@ -50,7 +50,8 @@ import warnings
 import matplotlib.pyplot as plt
 import torch
 
-from transformer import PAPER_CONFIGS, greedy_decode
+from transformer import PAPER_CONFIGS
+from transformer.decoding import greedy_decode
 
 _ = torch.manual_seed(0)
 THREADS = torch.get_num_threads()
@@ -788,7 +789,7 @@ assert encoder_times["packed"] < encoder_times["plain"]
 from torch.autograd.function import once_differentiable
 
 from transformer.embedding import _check_int
-from transformer.training import IGNORE_INDEX
+from transformer.losses import IGNORE_INDEX
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -1595,8 +1596,15 @@ assert products > measured  # the products alone are faster than the whole step
 # `generate` writes the tokens of its own plain reference).
 
 # %%
-#| export
+#| export benchmark_peers
 import importlib.util
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from transformer.fast import speed_up
+from transformer.model import Transformer
 
 
 def hf_transformers_version() -> str | None:

@@ -26,7 +26,8 @@
 # for that user:
 #
 # 1. bad input refused at the boundary, one error per mistake, layer by layer;
-# 2. a saved model that is damaged or missing, refused with the file and what is wrong.
+# 2. a saved model that is damaged or missing, refused with the file and what is wrong;
+# 3. a top level that holds what a user of the models needs, and no more.
 
 # %%
 import json
@@ -267,6 +268,72 @@ config["config"]["d_ff"] = 128  # weights of d_ff=64
 refused_load(broken)
 refused_load(workdir / "missing")
 shutil.rmtree(workdir)
+
+# %% [markdown]
+# ## 3 · The front door: what `import transformer` holds
+#
+# The chapters' modules export every piece they build, close to two hundred names (counted
+# below). A user of the models needs few of them, in the groups that `torch.nn` and Hugging Face
+# have taught: the models and their configurations, the layers, the masks, generation,
+# training, saving and loading. The next cell is the package's `__init__.py` (the cell
+# is exported there); every other name stays importable from its module, as in
+# `from transformer.beam_search import beam_search`.
+
+# %%
+#| export __init__
+# Models and their configurations
+from transformer.pretrained import PretrainedModel
+from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
+from transformer.lm import LanguageModel
+from transformer.refinements import ModernLanguageModel
+# Layers
+from transformer.embedding import TokenEmbedding
+from transformer.positional import PositionalEncoding
+from transformer.multihead import MultiHeadAttention
+from transformer.feedforward import FeedForward
+from transformer.blocks import Decoder, DecoderBlock, Encoder, EncoderBlock
+from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedding, SwiGLU
+# Masks (True = may attend)
+from transformer.masks import causal_mask, combine_masks, padding_mask
+# Generation
+from transformer.generation import generate
+from transformer.kv_cache import KVCache
+from transformer.translator import load_translator, translate
+# Training
+from transformer.losses import label_smoothed_cross_entropy
+from transformer.schedule import make_optimizer
+from transformer.training import fit
+from transformer.trainer import train_from_config
+from transformer.fast import speed_up
+# Saving and loading
+from transformer.saving import load_checkpoint, save_checkpoint
+# Vocabularies
+from transformer.data import Vocab
+from transformer.text import CharVocab
+
+__all__ = [
+    "PretrainedModel", "Transformer", "PAPER_CONFIGS", "count_parameters", "LanguageModel",
+    "ModernLanguageModel",
+    "TokenEmbedding", "PositionalEncoding", "MultiHeadAttention", "FeedForward", "EncoderBlock",
+    "DecoderBlock", "Encoder", "Decoder", "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention",
+    "causal_mask", "padding_mask", "combine_masks",
+    "generate", "KVCache", "translate", "load_translator",
+    "label_smoothed_cross_entropy", "make_optimizer", "fit", "train_from_config", "speed_up",
+    "save_checkpoint", "load_checkpoint",
+    "Vocab", "CharVocab",
+]
+
+# %%
+import importlib
+import pkgutil
+
+import transformer
+
+modules = sorted(m.name for m in pkgutil.iter_modules(transformer.__path__) if not m.name.startswith("_"))
+exported = {name for m in modules for name in getattr(importlib.import_module(f"transformer.{m}"), "__all__", [])}
+print(f"{len(modules)} modules export {len(exported)} public names; the top level holds {len(transformer.__all__)}")
+assert set(transformer.__all__) <= exported and len(transformer.__all__) == len(set(transformer.__all__))
+assert all(getattr(transformer, name) is globals()[name] for name in __all__), "the cell above is the top level"
 
 # %% [markdown]
 # ## What we can do now, and what is still missing

@@ -18,15 +18,14 @@ from transformer import (
     FeedForward,
     MultiHeadAttention,
     PositionalEncoding,
-    SingleHeadSelfAttention,
     TokenEmbedding,
     Transformer,
     causal_mask,
     combine_masks,
     padding_mask,
-    scaled_dot_product_attention,
-    sinusoidal_encoding,
 )
+from transformer.attention import SingleHeadSelfAttention, scaled_dot_product_attention
+from transformer.positional import sinusoidal_encoding
 
 V = 30
 MODEL = dict(src_vocab_size=V, tgt_vocab_size=V, d_model=8, num_heads=2, num_encoder_layers=1,
@@ -324,32 +323,25 @@ from pathlib import Path  # noqa: E402
 from transformer import (  # noqa: E402
     CharVocab,
     LanguageModel,
-    beam_search,
-    encode_stream,
-    filter_logits,
     generate,
-    greedy_decode,
     label_smoothed_cross_entropy,
-    length_penalty,
-    linear_cross_entropy,
-    lm_loss,
     load_checkpoint,
-    load_config,
     load_translator,
     make_optimizer,
-    noam_lr,
-    pad_sequences,
-    perplexity,
-    sample_decode,
-    sequence_scores,
-    shift_targets,
     translate,
-    translation_loss,
 )
 from transformer.__main__ import main  # noqa: E402
 from transformer.attention_maps import cross_attention_weights  # noqa: E402
-from transformer.lm import BigramLanguageModel  # noqa: E402
-from transformer.text import random_windows  # noqa: E402
+from transformer.beam_search import beam_search, length_penalty, sequence_scores  # noqa: E402
+from transformer.config import load_config  # noqa: E402
+from transformer.data import pad_sequences  # noqa: E402
+from transformer.decoding import filter_logits, greedy_decode, sample_decode  # noqa: E402
+from transformer.fast import linear_cross_entropy  # noqa: E402
+from transformer.lm import BigramLanguageModel, lm_loss, perplexity  # noqa: E402
+from transformer.losses import shift_targets  # noqa: E402
+from transformer.schedule import noam_lr  # noqa: E402
+from transformer.text import encode_stream, random_windows  # noqa: E402
+from transformer.training import translation_loss  # noqa: E402
 
 torch.manual_seed(0)
 _TR = Transformer(**MODEL).eval()  # a small translator: V = 30, max_len 12
@@ -400,8 +392,10 @@ CASES = [
      lambda: _TR.generate(_SRC, num_return_sequences=2), "num_return_sequences"),
     ("generate: num_return_sequences > num_beams",
      lambda: _TR.generate(_SRC, num_beams=2, num_return_sequences=3), "num_return_sequences"),
-    ("generate: alpha=-1", lambda: _TR.generate(_SRC, num_beams=2, alpha=-1.0), "alpha"),
-    ("generate: alpha=nan", lambda: _TR.generate(_SRC, num_beams=2, alpha=math.nan), "alpha"),
+    ("generate: length_penalty=-1", lambda: _TR.generate(_SRC, num_beams=2, length_penalty=-1.0),
+     "length_penalty"),
+    ("generate: length_penalty=nan", lambda: _TR.generate(_SRC, num_beams=2, length_penalty=math.nan),
+     "length_penalty"),
     ("generate: streamer with beams", lambda: _TR.generate(_SRC, num_beams=2, streamer=[]), "streamer"),
     ("generate: streamer without put", lambda: _TR.generate(_SRC, streamer=object()), "streamer"),
     ("generate: stopping_criteria not callable", lambda: _TR.generate(_SRC, stopping_criteria=3),
@@ -443,7 +437,7 @@ CASES = [
     ("LM generate: prompt filling max_len", lambda: _LM.generate(torch.randint(3, V, (1, 12))), "max_len"),
     ("LM generate: beams with ignore_eos", lambda: _LM.generate(_PROMPT, 3, num_beams=2, ignore_eos=True),
      "eos_id"),
-    ("LM generate: prompt ids past the vocabulary", lambda: _LM.generate(_PROMPT + V, 3), "ids"),
+    ("LM generate: prompt ids past the vocabulary", lambda: _LM.generate(_PROMPT + V, 3), "input_ids"),
     ("LM generate: use_cache for the bigram", lambda: generate(
         BigramLanguageModel(torch.randint(3, 10, (50,)), 10), torch.tensor([[1]]), 3, use_cache=True), "use_cache"),
     ("LM generate: no max_new_tokens for a model without max_len", lambda: generate(

@@ -8,22 +8,24 @@ import torch
 from transformer.data import (
     BOS_ID,
     EOS_ID,
-    LONG_MAX_WORDS,
-    MAX_WORDS,
     PAD_ID,
     SPECIAL_TOKENS,
     UNK_ID,
     Vocab,
     collate,
+    make_batches,
+    pad_sequences,
+    tokenize,
+)
+from transformer.grammar import (
+    LONG_MAX_WORDS,
+    MAX_WORDS,
     generate_corpus,
     generate_long_pairs,
     is_held_out,
-    make_batches,
-    pad_sequences,
     sample_clause,
     sample_pair,
     split_corpus,
-    tokenize,
 )
 
 

@@ -346,8 +346,10 @@ def cuda(test):
 
 @cuda
 def test_cuda_model_and_decoders_match_the_cpu():
-    from transformer import Transformer, beam_search, greedy_decode
+    from transformer import Transformer
+    from transformer.beam_search import beam_search
     from transformer.data import BOS_ID, EOS_ID
+    from transformer.decoding import greedy_decode
 
     torch.manual_seed(0)
     model = Transformer(40, 40, d_model=32, num_heads=2, num_encoder_layers=1, num_decoder_layers=1,

@@ -9,10 +9,11 @@ import torch
 import torch.nn.functional as F
 from test_blocks import FF, SRC, D, H, randomise_norms, torch_encoder_layer
 
-from transformer import FastDropout, LanguageModel, Transformer, speed_up
+from transformer import LanguageModel, Transformer, speed_up
 from transformer.blocks import Encoder
 from transformer.fast import (
     FastDecodingTransformer,
+    FastDropout,
     FastLanguageModel,
     PackedEncoder,
     SlicedLossLanguageModel,
@@ -21,9 +22,9 @@ from transformer.fast import (
 )
 from transformer.fast_attention import FastMultiHeadAttention
 from transformer.lm import lm_loss
+from transformer.losses import IGNORE_INDEX
 from transformer.masks import padding_mask
 from transformer.multihead import MultiHeadAttention
-from transformer.training import IGNORE_INDEX
 
 # --- fast_dropout: nn.Dropout's law with a cheaper draw on the CPU ---------------------------
 

@@ -44,6 +44,18 @@ def test_translator_generate_is_greedy_decode_and_beam_search_with_the_config_id
     assert torch.equal(generate(model, src), model.generate(src))
     tokens, _ = beam_search(model, src, 1, 2, 3)
     assert torch.equal(model.generate(src, num_beams=3), tokens)
+    # length_penalty (Hugging Face's name) is beam_search's alpha (GNMT's), and it matters.
+    differs = False
+    for seed in range(6):
+        other, ids = translator(seed), torch.randint(3, 30, (8, 5))
+        short, _ = beam_search(other, ids, 1, 2, 3, alpha=0.0, max_new_tokens=6)
+        long, _ = beam_search(other, ids, 1, 2, 3, alpha=3.0, max_new_tokens=6)
+        assert torch.equal(other.generate(ids, 6, num_beams=3, length_penalty=0.0), short)
+        assert torch.equal(other.generate(ids, 6, num_beams=3, length_penalty=3.0), long)
+        differs |= not torch.equal(short, long)
+    assert differs, "no seed where the length penalty changes the beam's choice"
+    lm = language_model()
+    assert model.lm_head is model.generator and lm.lm_head is lm.generator
     drawn = sample_decode(model, src, 1, 2, generator=torch.Generator().manual_seed(5))
     assert torch.equal(model.generate(src, do_sample=True, generator=torch.Generator().manual_seed(5)), drawn)
 
@@ -168,4 +180,4 @@ def test_both_models_have_the_method_and_no_module_is_changed_at_import():
     for model, ids in ((translator(), torch.randint(3, 30, (1, 4))), (language_model(), torch.tensor([[1, 5]]))):
         assert torch.equal(model.generate(ids, 3), generate(model, ids, 3))
     assert "generate_function" not in vars(PretrainedModel)
-    assert vars(PretrainedModel)["generate"].__module__ == "transformer.model"
+    assert vars(PretrainedModel)["generate"].__module__ == "transformer.pretrained"

@@ -15,7 +15,7 @@ from transformer.beam_search import beam_search, length_penalty, sequence_scores
 from transformer.decoding import eval_mode, filter_logits, greedy_decode, sample_decode
 from transformer.kv_cache import IncrementalDecoder, KVCache
 from transformer.multihead import MultiHeadAttention
-from transformer.training import TRANSLATOR_CHECKPOINT
+from transformer.saving import TRANSLATOR_CHECKPOINT
 from transformer.translator import UnknownWordsError, load_translator, translate
 
 PAD, BOS, EOS = 0, 1, 2
@@ -540,7 +540,7 @@ def test_translate_refuses_a_bad_beam_size(beam_size):
 
 
 def test_translator_matches_references_and_cache():
-    from transformer.data import generate_corpus, split_corpus
+    from transformer.grammar import generate_corpus, split_corpus
 
     translator = load_translator()
     pairs = split_corpus(generate_corpus()).test[:100]

@@ -11,9 +11,10 @@ from transformer.fast import speed_up
 from transformer.generation import generate
 from transformer.kv_cache import KVCache
 from transformer.lm import BigramLanguageModel, LanguageModel, lm_loss, perplexity
+from transformer.losses import IGNORE_INDEX
 from transformer.poems import continue_poems
 from transformer.text import CharVocab, encode_stream, random_windows
-from transformer.training import IGNORE_INDEX, TrainState, fit
+from transformer.training import TrainState, fit
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer import PositionalEncoding, sinusoidal_encoding
+from transformer import PositionalEncoding
+from transformer.positional import sinusoidal_encoding
 
 
 def direct_formula(positions, d_model):

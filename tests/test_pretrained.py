@@ -9,12 +9,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from transformer.model import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
-    Transformer,
-    read_pretrained_config,
-)
+from transformer.model import Transformer
+from transformer.pretrained import CONFIG_FILE, WEIGHTS_FILE, read_pretrained_config
 
 SMALL = dict(src_vocab_size=23, tgt_vocab_size=23, d_model=16, num_heads=2, num_encoder_layers=2,
              num_decoder_layers=1, d_ff=24, max_len=12)

@@ -12,6 +12,7 @@ import torch
 
 from transformer.corpus import CORPUS_FILE, Document, line_groups, read_corpus, split_documents
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
+from transformer.losses import IGNORE_INDEX
 from transformer.poems import longest_shared_run, verse_form, verse_form_share
 from transformer.text import (
     CharVocab,
@@ -20,7 +21,6 @@ from transformer.text import (
     random_windows,
     sequential_windows,
 )
-from transformer.training import IGNORE_INDEX
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,33 +14,14 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
 from transformer.accumulation import accumulated_train_step, split_batch
-from transformer.data import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    Vocab,
-    generate_corpus,
-    is_held_out,
-    split_corpus,
-)
+from transformer.data import BOS_ID, EOS_ID, PAD_ID, Vocab
+from transformer.evaluation import evaluate_translation
+from transformer.grammar import generate_corpus, is_held_out, split_corpus
+from transformer.losses import IGNORE_INDEX, label_smoothed_cross_entropy, shift_targets
 from transformer.model import Transformer
-from transformer.training import (
-    IGNORE_INDEX,
-    TRANSLATOR_CHECKPOINT,
-    TrainState,
-    evaluate_loss,
-    evaluate_translation,
-    fit,
-    label_smoothed_cross_entropy,
-    load_checkpoint,
-    make_optimizer,
-    noam_lr,
-    save_checkpoint,
-    shift_targets,
-    train,
-    train_step,
-    translation_loss,
-)
+from transformer.saving import TRANSLATOR_CHECKPOINT, load_checkpoint, save_checkpoint
+from transformer.schedule import make_optimizer, noam_lr
+from transformer.training import TrainState, evaluate_loss, fit, train, train_step, translation_loss
 
 # --- teacher forcing and the loss ------------------------------------------------------
 

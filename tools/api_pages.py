@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import re
 
-from tools.chapter_exports import Export, chapter_exports, package_names
-from tools.export import TOP_LEVEL
+from tools.chapter_exports import Export, chapter_exports, package_groups, package_names
 from tools.notebooks import Chapter
 
 
@@ -79,7 +78,7 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
     home = {n: export.module for chapter in chapters for export in chapter_exports(chapter) for n in export.names}
     groups = ["## The top level, by use", "",
               "What `import transformer` holds, grouped by what a user of the models does with it:", ""]
-    for group, names in TOP_LEVEL.items():
+    for group, names in package_groups().items():
         links = ", ".join(f"{{py:obj}}`~transformer.{home[n]}.{n}`" for n in names if n in home)
         groups += [f"- **{group}**: {links}"]
     groups.append("")

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from tools.timing import Round, interleaved_rounds
-from transformer import PAPER_CONFIGS, Transformer, greedy_decode
+from transformer import PAPER_CONFIGS, Transformer
 from transformer.benchmarks import (
     bandwidth_bytes_per_second,
     bytes_per_token,
@@ -49,6 +49,7 @@ from transformer.benchmarks import (
     train_step_flops,
     train_step_fn,
 )
+from transformer.decoding import greedy_decode
 
 CONFIG = dict(d_model=256, num_heads=8, num_layers=3, d_ff=1024, vocab=1000, batch=32,
               src_len=64, tgt_len=64, dropout=0.1)

@@ -13,10 +13,11 @@ theirs, ours, ...) so that a change of machine load hits both alike. Each round 
 median of --repeats timings of each side and the ratio ours / theirs; the summary gives the
 median ratio over the rounds and its spread. Wall time is the figure (both sides use the
 same threads); the CPU-time ratio is printed beside it. The models and the timed calls are
-appendix 14's (transformer.benchmarks), so the page and this script time the same thing.
+appendix 14's (transformer.benchmarks and transformer.benchmark_peers), so the page and this
+script time the same thing.
 
 1. Language model training step: chapter 11's LanguageModel against GPT2LMHeadModel
-   (transformer.benchmarks.peer_language_models, lm_train_step_fns: forward, next-token
+   (transformer.benchmark_peers.peer_language_models, lm_train_step_fns: forward, next-token
    cross-entropy, backward, clipping, fused AdamW on both sides). Two sizes: "issue"
    (vocabulary 2,000, d_model 256, 8 heads, 4 layers, d_ff 1,024, dropout 0.1, 8 windows
    of 127 tokens) and "chapter11" (the shipped model's config.json and the batch of
@@ -26,7 +27,7 @@ appendix 14's (transformer.benchmarks), so the page and this script time the sam
 2. Generation, greedy with the KV cache, exactly N new tokens (no early <eos>), batch 1 and
    8: the language model (16-token prompt, 64 new tokens) against GPT2LMHeadModel.generate,
    the translator (chapter 08's Transformer, 3 + 3 layers, 20-token source, 32 new tokens)
-   against MarianMTModel.generate (transformer.benchmarks.greedy_fns).
+   against MarianMTModel.generate (transformer.benchmark_peers.greedy_fns).
 3. Eval forward of the translator against torch.nn.Transformer (appendix 14's
    TorchReference: d_model 256, 3 + 3 layers, batch 32, length 64, padded sentences, where
    PyTorch takes its nested-tensor fast path).
@@ -52,17 +53,14 @@ from pathlib import Path
 import torch
 
 from tools.timing import Round, interleaved_rounds
-from transformer.benchmarks import (
-    eval_forward,
+from transformer.benchmark_peers import (
     greedy_fns,
     hf_transformers_version,
     lm_train_step_fns,
-    machine_info,
-    paired_models,
     peer_language_models,
     peer_translators,
-    random_batch,
 )
+from transformer.benchmarks import eval_forward, machine_info, paired_models, random_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,9 @@ Rules it enforces (each violation stops the export with a message):
 - a chapter imports only from modules of its own or earlier chapters when it runs:
   an import inside a function body, which runs only when the function is called, may
   name a later chapter's module (chapter 08's `PretrainedModel.generate` imports
-  chapter 10's `generate` so, and the chapter still runs top to bottom on its own).
+  chapter 10's `generate` so, and the chapter still runs top to bottom on its own);
+- the package's top level is a chapter's `#| export __init__` cell (appendix 15): it
+  imports names that chapters export, and its `__all__` lists exactly those names.
 """
 
 from __future__ import annotations
@@ -128,8 +130,7 @@ def imported_modules(source: str) -> set[str]:
     return found
 
 
-def build(chapters: list[Chapter], package: Path = PACKAGE,
-          top_level: dict[str, list[str]] | None = None) -> tuple[dict[str, Module], dict[Path, str]]:
+def build(chapters: list[Chapter], package: Path = PACKAGE) -> tuple[dict[str, Module], dict[Path, str]]:
     """Check the book's rules and return the modules and the files to write."""
     modules: dict[str, Module] = {}
     owner_of_symbol: dict[str, str] = {}
@@ -173,8 +174,9 @@ def build(chapters: list[Chapter], package: Path = PACKAGE,
                         f"{home.rel} builds later; a chapter may import only from earlier chapters"
                     )
 
-    files = {package / f"{name}.py": render_module(m) for name, m in modules.items()}
-    files[package / "__init__.py"] = render_init(chapters, modules, top_level)
+    files = {package / f"{name}.py": render_module(m) for name, m in modules.items() if name != "__init__"}
+    front = modules.get("__init__")
+    files[package / "__init__.py"] = render_init(chapters, modules) if front is None else render_front(front, modules)
     return modules, files
 
 
@@ -192,53 +194,53 @@ def render_module(module: Module) -> str:
     return "\n".join(parts)
 
 
-# The package's top level: what a user of the models needs, in groups (the API reference
-# shows them so). Every other public name stays importable from its module, e.g.
-# `from transformer.benchmarks import random_batch`; `make export` refuses a name here that
-# no chapter exports.
-TOP_LEVEL: dict[str, list[str]] = {
-    "Models": ["Transformer", "LanguageModel", "ModernLanguageModel", "PretrainedModel", "PAPER_CONFIGS",
-               "count_parameters"],
-    "Layers": ["TokenEmbedding", "sinusoidal_encoding", "PositionalEncoding", "scaled_dot_product_attention",
-               "SingleHeadSelfAttention", "MultiHeadAttention", "FeedForward", "EncoderBlock", "DecoderBlock",
-               "Encoder", "Decoder", "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention"],
-    "Masks": ["causal_mask", "padding_mask", "combine_masks"],
-    "Speed": ["speed_up", "FastDropout"],
-    "Generation": ["generate", "greedy_decode", "sample_decode", "beam_search", "sequence_scores",
-                   "filter_logits", "length_penalty", "KVCache", "StaticKVCache", "IncrementalDecoder", "translate",
-                   "Translator", "load_translator", "UnknownWordsError"],
-    "Training": ["label_smoothed_cross_entropy", "shift_targets", "translation_loss", "lm_loss",
-                 "linear_cross_entropy", "noam_lr",
-                 "make_optimizer", "TrainState", "train_step", "fit", "evaluate_loss", "perplexity",
-                 "IGNORE_INDEX", "load_config", "train_from_config"],
-    "Saving and loading": ["save_checkpoint", "load_checkpoint", "Checkpoint", "read_pretrained_config"],
-    "Vocabularies and data": ["Vocab", "CharVocab", "tokenize", "pad_sequences", "encode_stream", "PAD_ID",
-                              "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_TOKENS", "generate_corpus",
-                              "split_corpus", "make_batches"],
-}
+def render_front(front: Module, modules: dict[str, Module]) -> str:
+    """__init__.py from the chapter that writes the top level: its cells, then __version__.
+
+    Every name it imports must be one a chapter exports, from the module that defines it,
+    and its `__all__` must list exactly the names it imports."""
+    where = f"{front.chapter.rel} (`#| export __init__`)"
+    home = {name: module.name for module in modules.values() for name in module.public}
+    imported: list[str] = []
+    listed: list[str] | None = None
+    for _, source in front.cells:
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ImportFrom):
+                module = (node.module or "").removeprefix("transformer.")
+                for alias in node.names:
+                    if home.get(alias.name) != module:
+                        raise BookError(f"{where}: `{alias.name}` is not exported by transformer.{module}"
+                                        + (f" but by transformer.{home[alias.name]}" if alias.name in home else ""))
+                    imported.append(alias.asname or alias.name)
+            elif isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"]:
+                listed = list(ast.literal_eval(node.value))
+    if listed is None or sorted(listed) != sorted(imported):
+        missing = sorted(set(imported) - set(listed or []))
+        extra = sorted(set(listed or []) - set(imported))
+        raise BookError(f"{where}: __all__ must list exactly the names imported above it "
+                        f"(not listed: {missing}; listed but not imported: {extra})")
+    parts = [HEADER.format(source=front.chapter.rel),
+             '"""An encoder-decoder Transformer, built one chapter at a time: the names a user needs.',
+             "",
+             "Every other public name is importable from its module, transformer.MODULE.",
+             '"""', ""]
+    for index, source in front.cells:
+        parts += [f"# %% {front.chapter.rel}, cell {index}", source, ""]
+    parts += [f'__version__ = "{VERSION}"', ""]
+    return "\n".join(parts)
 
 
-def render_init(chapters: list[Chapter], modules: dict[str, Module],
-                top_level: dict[str, list[str]] | None = None) -> str:
-    """__init__.py: the names of top_level, by group; without it, every public name by chapter."""
+def render_init(chapters: list[Chapter], modules: dict[str, Module]) -> str:
+    """__init__.py for a book without a top-level cell: every public name, by chapter."""
     home = {name: module.name for module in modules.values() for name in module.public
             if not module.name.startswith("__")}
-    if top_level is None:
-        top_level = {f"chapter {chapter.number:02d}: {chapter.title}": [
-            name for module_name in chapter.modules if not module_name.startswith("__")
-            for name in (modules[module_name].public if module_name in modules else [])]
-            for chapter in chapters}
-    unknown = [name for names in top_level.values() for name in names if name not in home]
-    if unknown:
-        raise BookError(f"tools/export.py TOP_LEVEL names {', '.join(unknown)}, which no chapter exports; "
-                        "remove them there, or export them from their chapter")
+    top_level = {f"chapter {chapter.number:02d}: {chapter.title}": [
+        name for module_name in chapter.modules if not module_name.startswith("__")
+        for name in (modules[module_name].public if module_name in modules else [])]
+        for chapter in chapters}
     lines = [
         HEADER.format(source="chapters/ (every chapter)"),
-        '"""An encoder-decoder Transformer, built one chapter at a time.',
-        "",
-        "The top level holds what a user of the models needs, in groups; every other public",
-        "name is importable from its module (transformer.MODULE, one per chapter).",
-        '"""',
+        '"""An encoder-decoder Transformer, built one chapter at a time."""',
         "",
     ]
     names: list[str] = []
@@ -291,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", type=Path, default=PACKAGE, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
-        # The book's own top level; another book (the exporter's tests) gets every public name.
-        top_level = TOP_LEVEL if args.chapters.resolve() == CHAPTERS.resolve() else None
-        _, wanted = build(read_book(args.chapters), args.package, top_level)
+        _, wanted = build(read_book(args.chapters), args.package)
         on_disk = generated_files_on_disk(args.package)
     except BookError as err:
         print(f"export: {err}", file=sys.stderr)

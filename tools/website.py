@@ -98,10 +98,13 @@ def _(english: str, language: str = "en") -> str:
 
 # --- the reading copy of a chapter -----------------------------------------------
 
+TOP_LEVEL_LINK = "`transformer` ({doc}`API </api/index>`)"  # a chapter's `#| export __init__`: the top level
+
+
 def package_note(chapter: Chapter, chapters: list[Chapter], language: str = "en") -> str:
     """The box under a chapter's title: what it writes into the package and what it uses
     from earlier chapters (linked to the API), and how to run the notebook on its own."""
-    writes = []
+    writes = [TOP_LEVEL_LINK] if "__init__" in chapter.modules else []
     for export in chapter_exports(chapter):
         writes.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`)"
                       + (f": {linked_names(export)}" if export.names else ""))
@@ -233,9 +236,9 @@ def chapter_map(chapters: list[Chapter], language: str = "en") -> str:
             "|---|---|---|"]
     for chapter in chapters:
         adds = "<br>".join(
-            f"{{doc}}`{module_label(e.module)} </api/{e.module}>`"
-            + (": " + linked_names(e) if e.names else "")
-            for e in chapter_exports(chapter))
+            ([TOP_LEVEL_LINK] if "__init__" in chapter.modules else [])
+            + [f"{{doc}}`{module_label(e.module)} </api/{e.module}>`" + (": " + linked_names(e) if e.names else "")
+               for e in chapter_exports(chapter)])
         rows.append(f"| {chapter.number:02d} | {{doc}}`{chapter.title} </chapters/{chapter.name}>` "
                     f"| {adds or '–'} |")
     return "\n".join(rows + [":::", ""])

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _blocked_logits,
     _check_length,
@@ -18,7 +18,7 @@ from transformer.decoding import (
     _vocab_size,
     eval_mode,
 )
-from transformer.embedding import _check_id_range
+from transformer.embedding import _check_id_range, _id_range_checked
 from transformer.kv_cache import IncrementalDecoder
 from transformer.model import Transformer
 
@@ -186,39 +186,42 @@ def _beam_loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor
     frozen = torch.full_like(block, -math.inf)
     frozen[pad_id] = 0.0  # a finished hypothesis has one continuation, padding, at no cost
     max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
-    for t in range(int(lengths.min()), tokens.size(1)):
-        logits = _check_logits(step(tokens[:, :t]), t).float().view(batch, rows, -1)  # [B, R, V]
-        vocab = logits.size(-1)
-        step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
-        forced = t < lengths  # [B]: sources still inside their prefix take its next id, at no cost
-        if bool(forced.any()):
-            one_id = torch.full((batch, 1, vocab), -math.inf, device=device)
-            one_id.scatter_(-1, forced_ids[:, t, None, None], 0.0)  # [B, 1, V]
-            step_logp = torch.where(forced[:, None, None], one_id, step_logp)
-        cand_logp = logp[..., None] + step_logp  # [B, R, V]
-        cand_len = length + (~done & ~forced[:, None]).long()  # [B, R]
-        cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
-        best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
-        parent, token = best // vocab, best % vocab  # which hypothesis, which next token
-        if rows > k:  # the greedy row: its own most likely token (padding once finished)
-            greedy = torch.where(done[:, k], pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
-            greedy = torch.where(forced, forced_ids[:, t], greedy)
-            parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
-            token = torch.cat([token, greedy[:, None]], dim=1)
-        logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
-        length = cand_len.gather(-1, parent)
-        done = done.gather(-1, parent) | ((token == eos_id) & ~forced[:, None]) | (length >= max_new_tokens)
-        survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
-        tokens = tokens.index_select(0, survivors)
-        tokens[:, t] = token.view(-1)
-        step.reorder(survivors, cross=False)  # type: ignore[attr-defined]  # rows of a source share it
-        if bool(done.all()):
-            break
-        # Can an unfinished hypothesis still overtake the best finished one?
-        finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
-        ceiling = torch.where(done, -math.inf, logp / max_lp)
-        if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all()):
-            break
+    _check_id_range("input_ids", forced_ids, block.numel())  # the prefixes, once: every later id is a choice
+    prefix_end = int(lengths.max())  # positions before it are some source's prefix
+    with _id_range_checked():
+        for t in range(int(lengths.min()), tokens.size(1)):
+            logits = step(tokens[:, :t]).float().view(batch, rows, -1)  # [B, R, V]
+            vocab = logits.size(-1)
+            step_logp = torch.where(done[..., None], frozen, logits.log_softmax(dim=-1) + block)
+            forced = t < lengths  # [B]: sources still inside their prefix take its next id, at no cost
+            if t < prefix_end:
+                one_id = torch.full((batch, 1, vocab), -math.inf, device=device)
+                one_id.scatter_(-1, forced_ids[:, t, None, None], 0.0)  # [B, 1, V]
+                step_logp = torch.where(forced[:, None, None], one_id, step_logp)
+            cand_logp = logp[..., None] + step_logp  # [B, R, V]
+            cand_len = length + (~done & ~forced[:, None]).long()  # [B, R]
+            cand_score = cand_logp[:, :k] / length_penalty(cand_len[:, :k], alpha)[..., None]
+            best = cand_score.reshape(batch, k * vocab).topk(k, dim=-1).indices  # [B, k]
+            parent, token = best // vocab, best % vocab  # which hypothesis, which next token
+            if rows > k:  # the greedy row: its own most likely token (padding once finished)
+                greedy = torch.where(done[:, k], pad_id, (logits[:, k] + block).argmax(dim=-1))  # [B]
+                greedy = torch.where(forced, forced_ids[:, t], greedy)
+                parent = torch.cat([parent, torch.full_like(parent[:, :1], k)], dim=1)  # [B, R]
+                token = torch.cat([token, greedy[:, None]], dim=1)
+            logp = cand_logp.view(batch, rows * vocab).gather(-1, parent * vocab + token)
+            length = cand_len.gather(-1, parent)
+            done = done.gather(-1, parent) | ((token == eos_id) & ~forced[:, None]) | (length >= max_new_tokens)
+            survivors = (offsets + parent).view(-1)  # [B*R]: the rows that live on
+            tokens = tokens.index_select(0, survivors)
+            tokens[:, t] = token.view(-1)
+            step.reorder(survivors, cross=False)  # type: ignore[attr-defined]  # rows of a source share it
+            # Stop when no unfinished hypothesis can overtake the best finished one (all finished
+            # included): the one read of a value per step. NaN logits stop it too, reported here.
+            finished = torch.where(done, logp / length_penalty(length, alpha), -math.inf)
+            ceiling = torch.where(done, -math.inf, logp / max_lp)
+            if bool((finished.max(dim=-1, keepdim=True).values >= ceiling).all() | logits.isnan().any()):
+                _check_logits(logits, t)
+                break
     final = logp / length_penalty(length, alpha)  # [B, R]
     # A stable sort, so that of two equal scores the first row wins (as max would pick it).
     scores, order = final.sort(dim=-1, descending=True, stable=True)

@@ -10,7 +10,14 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from transformer.data import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.embedding import (
+    _check_bool,
+    _check_float,
+    _check_id_range,
+    _check_int,
+    _check_token_ids,
+    _id_range_checked,
+)
 from transformer.model import Transformer
 
 
@@ -131,8 +138,9 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     [B, V] of position t; choose maps logits [B, V] to ids [B]. A row ends at eos_id,
     when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
     """
+    _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _id_range_checked():
             return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
                          stopping_criteria)
     finally:
@@ -155,7 +163,7 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
           ) -> Tensor:
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # [B]
     for t in range(int(lengths.min()), tokens.size(1)):
-        logits = _check_logits(step(tokens[:, :t]), t)  # [B, V]
+        logits = step(tokens[:, :t])  # [B, V]
         forced = t < lengths  # [B]: rows still inside their prefix take its next id
         next_id = torch.where(forced, tokens[:, t], choose(logits + block))  # never <pad> or <bos>
         new = ~forced & ~done  # [B]: rows that generated a token at t
@@ -167,7 +175,10 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
         if stopping_criteria is not None:
             done |= new & torch.as_tensor(stopping_criteria(tokens[:, :t + 1], logits), device=done.device)
         done |= t + 1 - lengths >= max_new_tokens  # the row's budget is spent
-        if bool(done.all()):
+        # The one read of a value per generated token (on a GPU the host waits for it): has every
+        # row ended? NaN logits end the loop too, and _check_logits reports them.
+        if bool(done.all() | logits.isnan().any()):
+            _check_logits(logits, t)
             return tokens[:, :t + 1].contiguous()
     return tokens
 

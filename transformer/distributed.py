@@ -7,7 +7,8 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer.data import Vocab, generate_corpus, make_batches, split_corpus
+from transformer.data import Vocab, make_batches
+from transformer.grammar import generate_corpus, split_corpus
 
 
 def load_pairs(data: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

@@ -3,6 +3,9 @@
 
 # %% chapters/01_embedding.ipynb, cell 14
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import cast
 
 import torch
@@ -54,12 +57,30 @@ def _check_id_range(name: str, ids: Tensor, vocab_size: int) -> None:
     It reads the ids' values, which a compiler cannot know in advance, so it runs in
     eager mode only (under torch.compile and torch.export the indexing kernel checks).
     """
-    if torch.compiler.is_compiling() or ids.numel() == 0:
+    if torch.compiler.is_compiling() or ids.numel() == 0 or _ID_RANGE_CHECKED.get():
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:
         raise IndexError(f"{name} must lie in [0, {vocab_size - 1}] (vocab_size={vocab_size}), "
                          f"got values in [{low}, {high}]")
+
+
+_ID_RANGE_CHECKED = ContextVar("id_range_checked", default=False)
+
+
+@contextmanager
+def _id_range_checked() -> Iterator[None]:
+    """A block whose ids are all known to lie in range, so that _check_id_range reads nothing.
+
+    For a decoding loop (chapter 10): it checks the prompt once, then feeds the model only
+    ids it chose among the vocabulary's; a read per generated token would make the host wait
+    for the device at every step. A context variable, so other threads still check.
+    """
+    token = _ID_RANGE_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _ID_RANGE_CHECKED.reset(token)
 
 
 class TokenEmbedding(nn.Module):

@@ -178,7 +178,7 @@ def _real_positions(encoder: Encoder, x: Tensor, mask: Tensor | None) -> Tensor 
 from torch.autograd.function import once_differentiable
 
 from transformer.embedding import _check_int
-from transformer.training import IGNORE_INDEX
+from transformer.losses import IGNORE_INDEX
 
 
 class LinearCrossEntropy(torch.autograd.Function):

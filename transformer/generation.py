@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.beam_search import _beam_loop, _check_beam_options, beam_search
-from transformer.data import _check_bool, _check_int, _check_token_ids
+from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _autoregressive,
     _blocked_logits,
@@ -84,7 +84,7 @@ def _left_align(out: Tensor, lengths: Tensor, width: int, pad_id: int) -> Tensor
 def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
              do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
              top_p: float | None = None, num_beams: int = 1, num_return_sequences: int = 1,
-             alpha: float = 0.6, attention_mask: Tensor | None = None, bos_id: int | None = None,
+             length_penalty: float = 0.6, attention_mask: Tensor | None = None, bos_id: int | None = None,
              eos_id: int | None = None, pad_id: int | None = None, ignore_eos: bool = False,
              streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
              generator: torch.Generator | None = None, use_cache: bool | None = None) -> Tensor:
@@ -111,7 +111,8 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         num_beams: > 1 for beam search with GNMT's length penalty (default 1).
         num_return_sequences: outputs per input, > 0 (default 1): the best ones of the
             beam, or independent draws with do_sample; rows of input b come together.
-        alpha: beam search's length penalty exponent, >= 0 (default 0.6).
+        length_penalty: with num_beams > 1, the exponent alpha of GNMT's length penalty
+            (beam_search's alpha), >= 0 (default 0.6; Hugging Face's name for it).
         attention_mask: [B, T], 1 (or True) for a token, 0 for padding (default None: for an
             encoder-decoder model the ids that are not pad_id, for a decoder-only model
             every id). A decoder-only model takes left padding only.
@@ -148,6 +149,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
     _check_bool("do_sample", do_sample)
     _check_int("num_beams", num_beams)
     _check_int("num_return_sequences", num_return_sequences)
+    _check_float("length_penalty", length_penalty, 0.0)
     if not do_sample:
         for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("generator", generator)):
             if value is not None:
@@ -189,7 +191,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
                              "its embeddings and masks are built: leave pad_id out for this model")
         src_mask = None if mask is None else mask[:, None, None, :]  # [B, 1, 1, S]
         if num_beams > 1:
-            tokens, _ = beam_search(translator, input_ids, bos_id, eos_id, num_beams, alpha, max_new_tokens,  # type: ignore[arg-type]
+            tokens, _ = beam_search(translator, input_ids, bos_id, eos_id, num_beams, length_penalty, max_new_tokens,  # type: ignore[arg-type]
                                     use_cache, keep_greedy=num_return_sequences == 1, src_mask=src_mask,
                                     num_return_sequences=num_return_sequences)
             return tokens
@@ -200,7 +202,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
                                    src_mask, streamer, stopping_criteria)
     # A decoder-only model: the prompts are the prefixes.
     if num_beams > 1:
-        _check_beam_options(num_beams, alpha, False, num_return_sequences)
+        _check_beam_options(num_beams, length_penalty, False, num_return_sequences)
         if eos_id is None:
             raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
     mask = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
@@ -223,7 +225,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
     with eval_mode(model):
         step = IncrementalDecoder(model, None, None, use_cache, capacity=tokens.size(1))
         if num_beams > 1:
-            out, _ = _beam_loop(step, tokens, lengths, num_beams, num_beams, alpha, block, eos_id,  # type: ignore[arg-type]
+            out, _ = _beam_loop(step, tokens, lengths, num_beams, num_beams, length_penalty, block, eos_id,  # type: ignore[arg-type]
                                 pad_id, max_new_tokens, num_return_sequences)
             lengths = lengths.repeat_interleave(num_return_sequences)
         else:

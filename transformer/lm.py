@@ -11,7 +11,8 @@ from torch import Tensor, nn
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
 from transformer.embedding import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
 from transformer.text import next_token_labels, sequential_windows
-from transformer.training import IGNORE_INDEX, evaluate_loss
+from transformer.losses import IGNORE_INDEX
+from transformer.training import evaluate_loss
 
 
 class BigramLanguageModel(nn.Module):
@@ -141,7 +142,8 @@ from typing import ClassVar
 from transformer.blocks import Decoder
 from transformer.embedding import TokenEmbedding
 from transformer.feedforward import FeedForward
-from transformer.model import PretrainedModel, _check_special_ids
+from transformer.model import _check_special_ids
+from transformer.pretrained import PretrainedModel
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import PositionalEncoding
 
@@ -297,7 +299,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import transformer as _package
-from transformer.model import read_pretrained_config
+from transformer.pretrained import read_pretrained_config
 from transformer.text import CharVocab
 
 LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm

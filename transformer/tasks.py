@@ -18,7 +18,8 @@ from transformer.lm import LanguageModel, lm_loss, perplexity, save_language_mod
 from transformer.model import Transformer
 from transformer.corpus import CORPUS_FILE, read_corpus, split_documents
 from transformer.text import CharVocab, encode_stream, sequential_windows
-from transformer.training import evaluate_loss, save_checkpoint, translation_loss
+from transformer.saving import save_checkpoint
+from transformer.training import evaluate_loss, translation_loss
 
 
 class Task(NamedTuple):

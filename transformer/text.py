@@ -107,7 +107,7 @@ class CharVocab(Vocab):
         return "".join(self.tokens(ids, strip_special))  # chapter 09's tokens, no spaces
 
 # %% chapters/11_language_model.ipynb, cell 14
-from transformer.training import IGNORE_INDEX
+from transformer.losses import IGNORE_INDEX
 
 
 def encode_stream(texts: Iterable[str], vocab: CharVocab) -> Tensor:

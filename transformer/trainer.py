@@ -23,7 +23,7 @@ from transformer.lm import LanguageModel
 from transformer.model import count_parameters
 from transformer.resume import load_resume_checkpoint, save_resume_checkpoint
 from transformer.tasks import language_model_task, make_adamw, translation_task
-from transformer.training import make_optimizer
+from transformer.schedule import make_optimizer
 
 
 def autocast(precision: str, device: torch.device) -> AbstractContextManager:

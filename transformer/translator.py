@@ -7,16 +7,13 @@ from pathlib import Path
 
 from torch import Tensor
 
-from transformer.data import Vocab, _check_float, _check_int, pad_sequences
+from transformer.data import Vocab, pad_sequences
+from transformer.embedding import _check_float, _check_int
 from transformer.beam_search import beam_search
 from transformer.decoding import greedy_decode
-from transformer.model import Transformer, _as_directory
-from transformer.training import (
-    SRC_VOCAB_FILE,
-    TGT_VOCAB_FILE,
-    TRANSLATOR_CHECKPOINT,
-    load_checkpoint,
-)
+from transformer.model import Transformer
+from transformer.pretrained import _as_directory
+from transformer.saving import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TRANSLATOR_CHECKPOINT, load_checkpoint
 
 
 class UnknownWordsError(ValueError):
