@@ -1987,13 +1987,16 @@ print("stderr:", result.stderr.strip(), "| exit status:", result.returncode)
 # answers with `num_return_sequences`, special ids from the model's config. An
 # encoder-decoder model reads `input_ids` as its source; a decoder-only model (chapter
 # 11) continues them as a prompt, left-padded with an `attention_mask` when prompts
-# differ in length. Chapter 08's `PretrainedModel.generate` imports this function when a
-# model first generates, so every model of the book has `model.generate(...)`.
+# differ in length. The options form a `GenerationConfig`, checked once, when it is made;
+# keyword arguments override its fields, as in Hugging Face. Chapter 08's
+# `PretrainedModel.generate` imports this function when a model first generates, so every
+# model of the book has `model.generate(...)`.
 
 # %%
 #| export
 from collections.abc import Callable
-from typing import cast
+from dataclasses import dataclass, fields, replace
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -2004,6 +2007,7 @@ from transformer.decoding import (
     _autoregressive,
     _blocked_logits,
     _check_model,
+    _check_top_p,
     _decode_translation,
     _sampler,
     _vocab_size,
@@ -2071,13 +2075,103 @@ def _left_align(out: Tensor, lengths: Tensor, width: int, pad_id: int) -> Tensor
     return result[:, : max(width, int(used.max()) + 1)]
 
 
+@dataclass(frozen=True)
+class GenerationConfig:
+    """generate's options, as Hugging Face's GenerationConfig names them, checked once: when
+    the config is made (and when dataclasses.replace makes a changed copy).
+
+    Attributes:
+        max_new_tokens: the most ids to generate per row, > 0 (None: as many as the
+            model's max_len allows).
+        do_sample: sample from softmax(logits / temperature) instead of taking the most
+            likely id (default False: greedy, or beam search with num_beams > 1).
+        temperature: > 0, only with do_sample (None: 1.0).
+        top_k: with do_sample, draw among the k most likely ids (None: all).
+        top_p: with do_sample, draw within the top-p nucleus, p in (0, 1] (None: all).
+        num_beams: > 1 for beam search with GNMT's length penalty (default 1).
+        num_return_sequences: outputs per input, > 0 (default 1): the best ones of the
+            beam, or independent draws with do_sample; rows of input b come together.
+        length_penalty: with num_beams > 1, the exponent alpha of GNMT's length penalty
+            (beam_search's alpha), >= 0 (default 0.6; Hugging Face's name for it).
+        bos_id, eos_id, pad_id: the special ids (None: the model's own, model.bos_id, ...).
+        ignore_eos: never end a row at eos_id (benchmarks; default False; not with beams).
+        use_cache: reuse keys and values between steps (None: when the model has decoder
+            layers that take a cache, as both of the book's models do).
+
+    Raises:
+        ValueError: an option is out of range or contradicts another (the message names it
+            and says what to pass instead).
+    """
+
+    max_new_tokens: int | None = None
+    do_sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    length_penalty: float = 0.6
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+    ignore_eos: bool = False
+    use_cache: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens is not None:
+            _check_int("max_new_tokens", self.max_new_tokens)
+        for name in ("do_sample", "ignore_eos"):
+            _check_bool(name, getattr(self, name))
+        if self.use_cache is not None:
+            _check_bool("use_cache", self.use_cache)
+        for name in ("bos_id", "eos_id", "pad_id"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 0)
+        _check_int("num_beams", self.num_beams)
+        _check_int("num_return_sequences", self.num_return_sequences)
+        _check_float("length_penalty", self.length_penalty, 0.0)
+        if self.do_sample:
+            if self.num_beams > 1:
+                raise ValueError("num_beams > 1 with do_sample=True (beam sampling) is not supported: "
+                                 "pass one of them")
+            if self.temperature is not None:
+                _check_float("temperature", self.temperature, 0.0, low_closed=False)
+            if self.top_k is not None:
+                _check_int("top_k", self.top_k)
+            if self.top_p is not None:
+                _check_top_p(self.top_p)
+        else:
+            for name in ("temperature", "top_k", "top_p"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name} is used only when sampling: pass do_sample=True with it "
+                                     "(without it, generate takes the most likely id)")
+            if self.num_beams == 1 and self.num_return_sequences > 1:
+                raise ValueError(f"num_return_sequences={self.num_return_sequences} would repeat the same "
+                                 "greedy output: pass do_sample=True, or num_beams >= num_return_sequences")
+        if self.num_beams > 1:
+            _check_beam_options(self.num_beams, self.length_penalty, False, self.num_return_sequences)
+            if self.ignore_eos:
+                raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
+
+
+def _generation_config(config: object, max_new_tokens: int | None, options: dict[str, Any]) -> GenerationConfig:
+    """config (default GenerationConfig()) with max_new_tokens and options put in, checked."""
+    if config is None:
+        config = GenerationConfig()
+    elif not isinstance(config, GenerationConfig):
+        raise TypeError(f"generation_config must be a GenerationConfig or None, got {type(config).__name__}")
+    unknown = sorted(set(options) - {field.name for field in fields(GenerationConfig)})
+    if unknown:
+        raise TypeError(f"generate got unknown options {unknown}: GenerationConfig lists the options")
+    if max_new_tokens is not None:
+        options = {**options, "max_new_tokens": max_new_tokens}
+    return replace(config, **options)
+
+
 def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
-             do_sample: bool = False, temperature: float | None = None, top_k: int | None = None,
-             top_p: float | None = None, num_beams: int = 1, num_return_sequences: int = 1,
-             length_penalty: float = 0.6, attention_mask: Tensor | None = None, bos_id: int | None = None,
-             eos_id: int | None = None, pad_id: int | None = None, ignore_eos: bool = False,
+             generation_config: GenerationConfig | None = None, attention_mask: Tensor | None = None,
              streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
-             generator: torch.Generator | None = None, use_cache: bool | None = None) -> Tensor:
+             generator: torch.Generator | None = None, **options: Any) -> Tensor:
     """Generate token ids with either kind of model: greedy by default, sampling, or beam search.
 
     `model.generate(...)` calls it. An encoder-decoder model (a chapter-08 Transformer)
@@ -2091,31 +2185,20 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         model: the model (an nn.Module; a Translator's model is translator.model).
         input_ids: the source ids [B, S] of an encoder-decoder model, or the prompts
             [B, P] of a decoder-only model (default None: one prompt, `<bos>`).
-        max_new_tokens: the most ids to generate per row, > 0 (default None: as many as
-            the model's max_len allows).
-        do_sample: sample from softmax(logits / temperature) instead of taking the most
-            likely id (default False: greedy, or beam search with num_beams > 1).
-        temperature: > 0, only with do_sample (default None: 1.0).
-        top_k: with do_sample, draw among the k most likely ids (default None: all).
-        top_p: with do_sample, draw within the top-p nucleus, p in (0, 1] (default None).
-        num_beams: > 1 for beam search with GNMT's length penalty (default 1).
-        num_return_sequences: outputs per input, > 0 (default 1): the best ones of the
-            beam, or independent draws with do_sample; rows of input b come together.
-        length_penalty: with num_beams > 1, the exponent alpha of GNMT's length penalty
-            (beam_search's alpha), >= 0 (default 0.6; Hugging Face's name for it).
+        max_new_tokens: the most ids to generate per row, > 0 (default None: the config's,
+            else as many as the model's max_len allows).
+        generation_config: the options (default None: GenerationConfig()'s defaults).
         attention_mask: [B, T], 1 (or True) for a token, 0 for padding (default None: for an
             encoder-decoder model the ids that are not pad_id, for a decoder-only model
             every id). A decoder-only model takes left padding only.
-        bos_id, eos_id, pad_id: the special ids (default None: the model's own, model.bos_id,
-            model.eos_id, model.pad_id).
-        ignore_eos: never end a row at eos_id (benchmarks; default False).
         streamer: an object whose `put(ids)` receives each step's new ids [B] (pad_id for a
             row without one) and whose `end()` is called at the end; not with beams.
         stopping_criteria: a function (ids so far [B, t], logits [B, V]) -> bool [B] (or one
             bool) that ends the rows it marks after their latest id; not with beams.
         generator: a seeded torch.Generator for a reproducible draw (default None).
-        use_cache: reuse keys and values between steps (default None: when the model has
-            decoder layers that take a cache, as both of the book's models do).
+        **options: fields of GenerationConfig (do_sample, temperature, top_k, top_p,
+            num_beams, num_return_sequences, length_penalty, bos_id, eos_id, pad_id,
+            ignore_eos, use_cache), which override generation_config's.
 
     Returns:
         Ids [B * num_return_sequences, ...]: for an encoder-decoder model `<bos>` then the
@@ -2124,30 +2207,22 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         its `<eos>`.
 
     Raises:
-        TypeError: model is not an nn.Module, input_ids not an integer tensor, or
-            generator not a torch.Generator.
+        TypeError: model is not an nn.Module, input_ids not an integer tensor, generator not
+            a torch.Generator, or an option unknown.
         ValueError: an option is out of range or contradicts another (the message names it
             and says what to pass instead).
     """
+    config = _generation_config(generation_config, max_new_tokens, options)
+    max_new_tokens, do_sample, num_beams = config.max_new_tokens, config.do_sample, config.num_beams
+    num_return_sequences, length_penalty = config.num_return_sequences, config.length_penalty
     _check_model(model, encoder_decoder=False)
     encoder_decoder = callable(getattr(model, "encode", None))
-    pad_id = _special_id(model, "pad_id", pad_id)
-    bos_id = _special_id(model, "bos_id", bos_id)
-    eos_id = None if _check_bool("ignore_eos", ignore_eos) else _special_id(model, "eos_id", eos_id)
-    _check_bool("do_sample", do_sample)
-    _check_int("num_beams", num_beams)
-    _check_int("num_return_sequences", num_return_sequences)
-    _check_float("length_penalty", length_penalty, 0.0)
-    if not do_sample:
-        for name, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p), ("generator", generator)):
-            if value is not None:
-                raise ValueError(f"{name} is used only when sampling: pass do_sample=True with it "
-                                 "(without it, generate takes the most likely id)")
-        if num_beams == 1 and num_return_sequences > 1:
-            raise ValueError(f"num_return_sequences={num_return_sequences} would repeat the same greedy "
-                             "output: pass do_sample=True, or num_beams >= num_return_sequences")
-    elif num_beams > 1:
-        raise ValueError("num_beams > 1 with do_sample=True (beam sampling) is not supported: pass one of them")
+    pad_id = _special_id(model, "pad_id", config.pad_id)
+    bos_id = _special_id(model, "bos_id", config.bos_id)
+    eos_id = None if config.ignore_eos else _special_id(model, "eos_id", config.eos_id)
+    if generator is not None and not do_sample:
+        raise ValueError("generator is used only when sampling: pass do_sample=True with it "
+                         "(without it, generate takes the most likely id)")
     if num_beams > 1 and (streamer is not None or stopping_criteria is not None):
         raise ValueError("streamer and stopping_criteria work with greedy decoding and sampling, not with "
                          "num_beams > 1 (a beam's best hypothesis is known only at the end)")
@@ -2157,7 +2232,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         raise TypeError(f"stopping_criteria must be a function (ids, logits) -> bool [batch], "
                         f"got {type(stopping_criteria).__name__}")
     has_cache = hasattr(getattr(model, "decoder", None), "layers")
-    use_cache = has_cache if use_cache is None else _check_bool("use_cache", use_cache)
+    use_cache = has_cache if config.use_cache is None else config.use_cache
     if use_cache and not has_cache:
         raise ValueError(f"use_cache=True needs a model whose decoder.layers take a KV cache; "
                          f"{type(model).__name__} has none: pass use_cache=None or False")
@@ -2170,8 +2245,8 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         raise ValueError(f"input_ids must be ids [batch, length] with batch, length > 0, got shape "
                          f"{tuple(input_ids.shape)}")
     mask = None if attention_mask is None else _check_attention_mask(input_ids, attention_mask)
-    choose = (_sampler(1.0 if temperature is None else temperature, top_k, top_p, generator) if do_sample
-              else (lambda logits: logits.argmax(dim=-1)))
+    choose = (_sampler(1.0 if config.temperature is None else config.temperature, config.top_k, config.top_p,
+                       generator) if do_sample else (lambda logits: logits.argmax(dim=-1)))
     if encoder_decoder:
         translator = cast(Transformer, model)
         if pad_id != translator.pad_id:
@@ -2189,10 +2264,6 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         return _decode_translation(translator, input_ids, choose, bos_id, eos_id, max_new_tokens, use_cache,
                                    src_mask, streamer, stopping_criteria)
     # A decoder-only model: the prompts are the prefixes.
-    if num_beams > 1:
-        _check_beam_options(num_beams, length_penalty, False, num_return_sequences)
-        if eos_id is None:
-            raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
     mask = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
     lengths = mask.sum(dim=1)
     limit = getattr(model, "max_len", None)

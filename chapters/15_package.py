@@ -296,7 +296,7 @@ from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedd
 # Masks (True = may attend)
 from transformer.masks import causal_mask, combine_masks, padding_mask
 # Generation
-from transformer.generation import generate
+from transformer.generation import GenerationConfig, generate
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
 # Training
@@ -317,7 +317,7 @@ __all__ = [
     "TokenEmbedding", "PositionalEncoding", "MultiHeadAttention", "FeedForward", "EncoderBlock",
     "DecoderBlock", "Encoder", "Decoder", "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention",
     "causal_mask", "padding_mask", "combine_masks",
-    "generate", "KVCache", "translate", "load_translator",
+    "generate", "GenerationConfig", "KVCache", "translate", "load_translator",
     "label_smoothed_cross_entropy", "make_optimizer", "fit", "train_from_config", "speed_up",
     "save_checkpoint", "load_checkpoint",
     "Vocab", "CharVocab",

@@ -322,6 +322,7 @@ from pathlib import Path  # noqa: E402
 
 from transformer import (  # noqa: E402
     CharVocab,
+    GenerationConfig,
     LanguageModel,
     generate,
     label_smoothed_cross_entropy,
@@ -364,6 +365,11 @@ def _translator():
 CASES = [
     # model.generate / generate: options, ids, masks, models
     ("generate: max_new_tokens=0", lambda: _TR.generate(_SRC, 0), "max_new_tokens"),
+    ("generate: a misspelt option", lambda: _TR.generate(_SRC, num_beam=2), "num_beam"),
+    ("generate: a dict as generation_config", lambda: _TR.generate(_SRC, generation_config={"num_beams": 2}),
+     "generation_config"),
+    ("GenerationConfig: num_beams=0", lambda: GenerationConfig(num_beams=0), "num_beams"),
+    ("GenerationConfig: top_p=1.5", lambda: GenerationConfig(do_sample=True, top_p=1.5), "top_p"),
     ("generate: max_new_tokens past max_len", lambda: _TR.generate(_SRC, 50), "max_new_tokens"),
     ("generate: max_new_tokens=True", lambda: _TR.generate(_SRC, True), "max_new_tokens"),
     ("generate: max_new_tokens=2.5", lambda: _TR.generate(_SRC, 2.5), "max_new_tokens"),

@@ -1,11 +1,14 @@
 """`generate` / `model.generate` (chapter 10), as Hugging Face users know it, on both models:
 the translator (chapter 08's Transformer) and the language model (chapter 11)."""
 
+import dataclasses
+
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer import LanguageModel, PretrainedModel, Transformer, generate
+from transformer import GenerationConfig, LanguageModel, PretrainedModel, Transformer, generate
 from transformer.beam_search import beam_search, sequence_scores
 from transformer.decoding import greedy_decode, sample_decode
 
@@ -181,3 +184,26 @@ def test_both_models_have_the_method_and_no_module_is_changed_at_import():
         assert torch.equal(model.generate(ids, 3), generate(model, ids, 3))
     assert "generate_function" not in vars(PretrainedModel)
     assert vars(PretrainedModel)["generate"].__module__ == "transformer.pretrained"
+
+
+def test_a_generation_config_is_checked_once_and_keyword_arguments_override_it():
+    model, src = translator(), torch.randint(3, 30, (3, 6))
+    beams = GenerationConfig(num_beams=3, max_new_tokens=8)
+    assert torch.equal(model.generate(src, generation_config=beams), model.generate(src, 8, num_beams=3))
+    # A keyword argument overrides the config's field; the config itself does not change.
+    assert torch.equal(generate(model, src, generation_config=beams, num_beams=1), model.generate(src, 8))
+    assert beams.num_beams == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        beams.num_beams = 0  # type: ignore[misc]  # it was checked when made: it cannot change after
+    # Checked when made, with the field's name, and again when an override makes a copy.
+    for bad, name in ((dict(num_beams=0), "num_beams"), (dict(top_k=5), "top_k"),
+                      (dict(do_sample=True, temperature=0.0), "temperature"),
+                      (dict(num_beams=2, ignore_eos=True), "eos_id"), (dict(length_penalty=-1.0), "length_penalty")):
+        with pytest.raises(ValueError, match=name):
+            GenerationConfig(**bad)
+        with pytest.raises(ValueError, match=name):
+            model.generate(src, generation_config=GenerationConfig(), **bad)
+    with pytest.raises(TypeError, match="num_beam"):
+        model.generate(src, num_beam=3)  # a misspelt option is named, not ignored
+    with pytest.raises(TypeError, match="generation_config"):
+        model.generate(src, generation_config={"num_beams": 3})

@@ -86,8 +86,9 @@ class PretrainedModel(nn.Module):
         Args:
             input_ids: the source ids [B, S] (encoder-decoder) or prompts [B, P] (decoder-only).
             max_new_tokens: the most ids to generate per row (default: as max_len allows).
-            **options: generate's other keyword arguments (do_sample, temperature, top_k,
-                top_p, num_beams, num_return_sequences, attention_mask, eos_id, ...).
+            **options: generate's other keyword arguments (generation_config, do_sample,
+                temperature, top_k, top_p, num_beams, num_return_sequences, attention_mask,
+                eos_id, ...).
 
         Returns:
             The ids, as generate returns them.
