@@ -181,18 +181,19 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 # inside PyTorch with a message about "argument #1 'indices'", a name the caller never
 # wrote, and an id past the vocabulary raises a bare "index out of range in self", which
 # says neither which id nor how large the vocabulary is (on a GPU it is a device-side
-# assert instead). Section 5 prints both next to ours. The range check reads the ids'
+# assert instead). Appendix 15 prints both next to ours. The range check reads the ids'
 # values (their minimum and maximum); a compiler that turns the model into one graph
 # (`torch.compile`, chapter 08) cannot branch on values it will only see at run time, so
 # that one check runs in eager mode only, and compiled code relies on the indexing
 # kernel's own bounds check. A loop that feeds the model only ids it has checked already
 # (chapter 10's decoding) skips it for its duration, with `_id_range_checked()`: on a GPU
-# every read of a value waits for the device. The small `_check_*` helpers are reused by every later
+# every read of a value waits for the device. The small `_check_*` helpers, in a module of
+# their own (`transformer.validation`), are reused by every later
 # chapter, so that each rule (a size is a positive integer and not `True`, a probability
 # is not NaN, ...) is written once.
 
 # %%
-#| export
+#| export validation
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -200,7 +201,7 @@ from contextvars import ContextVar
 from typing import cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 
 def _check_int(name: str, value: object, minimum: int = 1) -> int:
@@ -272,6 +273,16 @@ def _id_range_checked() -> Iterator[None]:
         yield
     finally:
         _ID_RANGE_CHECKED.reset(token)
+
+
+# %%
+#| export
+import math
+
+import torch
+from torch import Tensor, nn
+
+from transformer.validation import _check_bool, _check_float, _check_id_range, _check_int, _check_token_ids
 
 
 class TokenEmbedding(nn.Module):

@@ -129,7 +129,7 @@ for t, c in enumerate(changes()):
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_int, _check_token_ids
+from transformer.validation import _check_int, _check_token_ids
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:

@@ -283,7 +283,7 @@ from typing import Protocol
 from torch import nn
 
 from transformer.attention import scaled_dot_product_weights
-from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.validation import _check_bool, _check_float, _check_int
 from transformer.masks import causal_mask
 
 

@@ -321,7 +321,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from transformer.embedding import _check_bool, _check_int
+from transformer.validation import _check_bool, _check_int
 from transformer.feedforward import FeedForward
 from transformer.multihead import KeyValueCache, MultiHeadAttention, _check_sequence
 

@@ -271,13 +271,8 @@ from torch import Tensor, nn
 
 from transformer.attention import _check_mask
 from transformer.blocks import Decoder, Encoder
-from transformer.embedding import (
-    TokenEmbedding,
-    _check_bool,
-    _check_id_range,
-    _check_int,
-    _check_token_ids,
-)
+from transformer.embedding import TokenEmbedding
+from transformer.validation import _check_bool, _check_id_range, _check_int, _check_token_ids
 from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import _check_mask_axes
 from transformer.positional import PositionalEncoding

@@ -108,7 +108,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from transformer.embedding import _check_int  # chapter 01's argument check
+from transformer.validation import _check_int  # chapter 01's argument check
 
 MAX_WORDS = 12  # generate_corpus keeps no sentence longer than this (either language)
 LONG_MAX_WORDS = 20  # generate_long_pairs: sentences of MAX_WORDS + 1 to this many words
@@ -539,7 +539,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_bool, _check_int  # chapter 01's argument checks
+from transformer.validation import _check_bool, _check_int  # chapter 01's argument checks
 
 PAD_ID = 0  # pads short sentences; the model and the loss ignore it
 BOS_ID = 1  # begins every sentence
@@ -910,7 +910,7 @@ import torch
 from torch import Tensor
 
 from transformer.data import PAD_ID
-from transformer.embedding import _check_float, _check_int, _check_token_ids
+from transformer.validation import _check_float, _check_int, _check_token_ids
 
 IGNORE_INDEX = -100  # the label of a position the loss skips (PyTorch's convention)
 
@@ -1114,7 +1114,7 @@ plt.show()
 #| export schedule
 import torch
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
@@ -1248,7 +1248,7 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.validation import _check_bool, _check_float, _check_int
 from transformer.losses import IGNORE_INDEX, label_smoothed_cross_entropy, shift_targets
 from transformer.schedule import make_optimizer
 
@@ -1721,7 +1721,7 @@ import torch
 from torch import Tensor
 
 from transformer.data import Vocab, make_batches
-from transformer.embedding import _check_int
+from transformer.validation import _check_int
 from transformer.model import Transformer
 
 

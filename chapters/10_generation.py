@@ -192,7 +192,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from transformer.embedding import (
+from transformer.validation import (
     _check_bool,
     _check_float,
     _check_id_range,
@@ -385,7 +385,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from transformer.embedding import _check_bool, _check_int
+from transformer.validation import _check_bool, _check_int
 from transformer.masks import padding_mask
 from transformer.multihead import MultiHeadAttention
 
@@ -1150,7 +1150,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.validation import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _blocked_logits,
     _check_length,
@@ -1160,7 +1160,7 @@ from transformer.decoding import (
     _vocab_size,
     eval_mode,
 )
-from transformer.embedding import _check_id_range, _id_range_checked
+from transformer.validation import _check_id_range, _id_range_checked
 from transformer.kv_cache import IncrementalDecoder
 from transformer.model import Transformer
 
@@ -1747,7 +1747,7 @@ from pathlib import Path
 from torch import Tensor
 
 from transformer.data import Vocab, pad_sequences
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.beam_search import beam_search
 from transformer.decoding import greedy_decode
 from transformer.model import Transformer
@@ -2002,7 +2002,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.beam_search import _beam_loop, _check_beam_options, beam_search
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.validation import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _autoregressive,
     _blocked_logits,

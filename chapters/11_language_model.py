@@ -187,7 +187,7 @@ print(f"\n《{quiet_night.title}》 {quiet_night.author}\n{quiet_night.text}")
 import random
 from collections.abc import Sequence
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 
 CLAUSE_END = re.compile(r"[，。？！；：、「」『』《》\n]")  # the punctuation between clauses, and line breaks
 MIN_CLAUSE = 4  # the four-character verse of ritual songs; groups stay small (printed below)
@@ -319,7 +319,7 @@ import torch
 from torch import Tensor
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
-from transformer.embedding import _check_bool, _check_int
+from transformer.validation import _check_bool, _check_int
 
 
 class CharVocab(Vocab):
@@ -597,7 +597,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.embedding import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
+from transformer.validation import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
 from transformer.text import next_token_labels, sequential_windows
 from transformer.losses import IGNORE_INDEX
 from transformer.training import evaluate_loss

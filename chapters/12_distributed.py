@@ -143,7 +143,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.lm import LanguageModel
 from transformer.model import PAPER_CONFIGS
 
@@ -528,7 +528,7 @@ from safetensors import safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from transformer.embedding import _check_int
+from transformer.validation import _check_int
 
 LATEST = "latest"  # the pointer file: names the newest complete checkpoint
 
@@ -674,7 +674,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.training import LossFn, StepResult, TrainState, check_loss, take_step
 
 

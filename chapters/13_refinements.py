@@ -233,7 +233,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import sinusoidal_encoding
 

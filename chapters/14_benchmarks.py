@@ -451,7 +451,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.embedding import _check_float
+from transformer.validation import _check_float
 from transformer.fast_attention import FastGroupedQueryAttention, FastMultiHeadAttention
 from transformer.multihead import MultiHeadAttention
 from transformer.refinements import GroupedQueryAttention
@@ -788,7 +788,7 @@ assert encoder_times["packed"] < encoder_times["plain"]
 #| export fast
 from torch.autograd.function import once_differentiable
 
-from transformer.embedding import _check_int
+from transformer.validation import _check_int
 from transformer.losses import IGNORE_INDEX
 
 

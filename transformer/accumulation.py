@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.training import LossFn, StepResult, TrainState, check_loss, take_step
 
 

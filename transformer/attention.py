@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.validation import _check_bool, _check_float, _check_int
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.validation import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _blocked_logits,
     _check_length,
@@ -18,7 +18,7 @@ from transformer.decoding import (
     _vocab_size,
     eval_mode,
 )
-from transformer.embedding import _check_id_range, _id_range_checked
+from transformer.validation import _check_id_range, _id_range_checked
 from transformer.kv_cache import IncrementalDecoder
 from transformer.model import Transformer
 

@@ -6,7 +6,7 @@ import json
 import tomllib
 from pathlib import Path
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.lm import LanguageModel
 from transformer.model import PAPER_CONFIGS
 

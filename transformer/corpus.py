@@ -71,7 +71,7 @@ def read_corpus(path: str | Path = CORPUS_FILE) -> list[Document]:
 import random
 from collections.abc import Sequence
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 
 CLAUSE_END = re.compile(r"[，。？！；：、「」『』《》\n]")  # the punctuation between clauses, and line breaks
 MIN_CLAUSE = 4  # the four-character verse of ritual songs; groups stay small (printed below)

@@ -11,7 +11,7 @@ from typing import Self
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_bool, _check_int  # chapter 01's argument checks
+from transformer.validation import _check_bool, _check_int  # chapter 01's argument checks
 
 PAD_ID = 0  # pads short sentences; the model and the loss ignore it
 BOS_ID = 1  # begins every sentence

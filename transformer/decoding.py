@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from transformer.embedding import (
+from transformer.validation import (
     _check_bool,
     _check_float,
     _check_id_range,

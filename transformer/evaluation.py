@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from transformer.data import Vocab, make_batches
-from transformer.embedding import _check_int
+from transformer.validation import _check_int
 from transformer.model import Transformer
 
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.embedding import _check_float
+from transformer.validation import _check_float
 from transformer.fast_attention import FastGroupedQueryAttention, FastMultiHeadAttention
 from transformer.multihead import MultiHeadAttention
 from transformer.refinements import GroupedQueryAttention
@@ -177,7 +177,7 @@ def _real_positions(encoder: Encoder, x: Tensor, mask: Tensor | None) -> Tensor 
 # %% chapters/14_benchmarks.ipynb, cell 42
 from torch.autograd.function import once_differentiable
 
-from transformer.embedding import _check_int
+from transformer.validation import _check_int
 from transformer.losses import IGNORE_INDEX
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.beam_search import _beam_loop, _check_beam_options, beam_search
-from transformer.embedding import _check_bool, _check_float, _check_int, _check_token_ids
+from transformer.validation import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
     _autoregressive,
     _blocked_logits,

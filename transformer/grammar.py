@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from transformer.embedding import _check_int  # chapter 01's argument check
+from transformer.validation import _check_int  # chapter 01's argument check
 
 MAX_WORDS = 12  # generate_corpus keeps no sentence longer than this (either language)
 LONG_MAX_WORDS = 20  # generate_long_pairs: sentences of MAX_WORDS + 1 to this many words

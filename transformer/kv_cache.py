@@ -7,7 +7,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from transformer.embedding import _check_bool, _check_int
+from transformer.validation import _check_bool, _check_int
 from transformer.masks import padding_mask
 from transformer.multihead import MultiHeadAttention
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID
-from transformer.embedding import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
+from transformer.validation import _check_bool, _check_float, _check_int  # noqa: F811 (lm.py's own import)
 from transformer.text import next_token_labels, sequential_windows
 from transformer.losses import IGNORE_INDEX
 from transformer.training import evaluate_loss

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from transformer.data import PAD_ID
-from transformer.embedding import _check_float, _check_int, _check_token_ids
+from transformer.validation import _check_float, _check_int, _check_token_ids
 
 IGNORE_INDEX = -100  # the label of a position the loss skips (PyTorch's convention)
 

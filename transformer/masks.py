@@ -5,7 +5,7 @@
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_int, _check_token_ids
+from transformer.validation import _check_int, _check_token_ids
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 
 
 def sinusoidal_encoding(length: int, d_model: int, start: int = 0) -> Tensor:

@@ -11,7 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import save as safetensors_bytes
 from torch import Tensor
 
-from transformer.embedding import _check_int
+from transformer.validation import _check_int
 
 LATEST = "latest"  # the pointer file: names the newest complete checkpoint
 

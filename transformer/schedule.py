@@ -4,7 +4,7 @@
 # %% chapters/09_training.ipynb, cell 37
 import torch
 
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 
 
 def noam_lr(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:

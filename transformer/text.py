@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from transformer.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
-from transformer.embedding import _check_bool, _check_int
+from transformer.validation import _check_bool, _check_int
 
 
 class CharVocab(Vocab):

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import Tensor
 
-from transformer.embedding import _check_bool, _check_float, _check_int
+from transformer.validation import _check_bool, _check_float, _check_int
 from transformer.losses import IGNORE_INDEX, label_smoothed_cross_entropy, shift_targets
 from transformer.schedule import make_optimizer
 

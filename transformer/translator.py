@@ -8,7 +8,7 @@ from pathlib import Path
 from torch import Tensor
 
 from transformer.data import Vocab, pad_sequences
-from transformer.embedding import _check_float, _check_int
+from transformer.validation import _check_float, _check_int
 from transformer.beam_search import beam_search
 from transformer.decoding import greedy_decode
 from transformer.model import Transformer
