@@ -190,3 +190,33 @@ def test_a_module_has_one_home_chapter(book):
                  '#| export first\ndef more(x):\n    """More."""\n    return x')
     with pytest.raises(BookError, match="module `first` belongs to"):
         export.build(read_book(chapters), package)
+
+
+FRONT = "#| export __init__\n# Maths\nfrom transformer.{module} import {names}\n\n__all__ = [{listed}]"
+
+
+@pytest.mark.parametrize("module, names, listed, error", [
+    ("second", "Quad", '"Quad"', None),
+    ("second", "double", '"double"', "`double` is not exported by transformer.second but by transformer.first"),
+    ("second", "Quad", '"Quad", "double"', "listed but not imported: ['double']"),
+    ("second", "Quad", "", "not listed: ['Quad']"),
+])
+def test_a_chapter_writes_the_top_level_and_the_exporter_checks_it(book, capsys, module, names, listed, error):
+    chapters, package = book
+    make_chapter(chapters, "03_front", "# md # 03 · Front door",
+                 FRONT.format(module=module, names=names, listed=listed))
+    assert run(chapters, package) == (0 if error is None else 2)
+    if error is None:
+        init = (package / "__init__.py").read_text()
+        assert "03_front.ipynb" in init.splitlines()[0]  # names the notebook to edit
+        assert "# Maths\nfrom transformer.second import Quad\n" in init and '__all__ = ["Quad"]' in init
+    else:
+        assert error in capsys.readouterr().err
+
+
+def test_the_api_reference_groups_the_top_level_as_appendix_15_writes_it():
+    from tools.chapter_exports import package_groups, package_names
+
+    groups = package_groups()
+    assert list(groups)[:2] == ["Models and their configurations", "Layers"]
+    assert sorted(name for names in groups.values() for name in names) == sorted(package_names())
