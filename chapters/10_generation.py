@@ -28,6 +28,7 @@
 # - a **KV cache**: each new token costs one position of work, not all of them;
 # - what the trained model **gets wrong**, and whether a better search fixes it;
 # - where the decoder looks: **cross-attention** maps.
+# - one **`generate`** for every model of the book, called as Hugging Face users call it.
 
 # %%
 #| default_exp generation
@@ -1731,256 +1732,7 @@ for sentence, pairs_to_check in [("I love apples", [("我", "I"), ("喜欢", "lo
         assert looked_at == en, f"{zh} reads most {looked_at!r}; the text above says {en!r}"
 
 # %% [markdown]
-# ## 7 · For package users: `translate` and `python -m transformer translate`
-#
-# `Translator` bundles a trained model with its two vocabularies; `load_translator()`
-# loads chapter 09's (or any checkpoint saved by `save_checkpoint`); `translate(text)`
-# does both and keeps the model for the next call. A word the model never saw would be
-# encoded as `<unk>` and silently mistranslated, so the translator refuses it with an
-# `UnknownWordsError` (a `ValueError`) that names every unknown word.
-
-# %%
-#| export translator
-from functools import lru_cache
-from pathlib import Path
-
-from torch import Tensor
-
-from transformer.data import Vocab, pad_sequences
-from transformer.validation import _check_float, _check_int
-from transformer.beam_search import beam_search
-from transformer.decoding import greedy_decode
-from transformer.model import Transformer
-from transformer.pretrained import _as_directory
-from transformer.saving import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TRANSLATOR_CHECKPOINT, load_checkpoint
-
-
-class UnknownWordsError(ValueError):
-    """A sentence holds words outside the translator's source vocabulary.
-
-    Args:
-        words: the unknown words (each once, in order of appearance), kept as `.words`;
-            the message names them.
-    """
-
-    def __init__(self, words: list[str]):
-        self.words = words
-        super().__init__(
-            f"unknown word{'s' if len(words) > 1 else ''}: {', '.join(map(repr, words))}; "
-            "the translator knows only the words of its toy corpus (chapter 09)"
-        )
-
-
-class Translator:
-    """A trained Transformer with its vocabularies: English text in, Chinese text out.
-
-    translator("I love apples") -> "我 喜欢 苹果"; a list of sentences gives a list
-    (translated as one padded batch [batch, src_len]).
-
-    Args:
-        model: a trained encoder-decoder model (a chapter-08 Transformer).
-        src_vocab: the source vocabulary it was trained with.
-        tgt_vocab: the target vocabulary.
-    """
-
-    def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab):
-        self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
-
-    def encode(self, sentences: list[str]) -> Tensor:
-        """Encode source sentences into ids [batch, src_len], padded with the model's pad_id.
-
-        Args:
-            sentences: the sentences; every word is checked before any is encoded.
-
-        Returns:
-            The ids [batch, src_len], `<bos> ... <eos>` per row.
-
-        Raises:
-            UnknownWordsError: a sentence holds words outside the source vocabulary.
-            ValueError: a sentence is empty, too long for the model, or holds a special
-                token's string such as `<eos>`.
-        """
-        unknown = list(dict.fromkeys(w for s in sentences for w in self.src_vocab.unknown_words(s)))
-        if unknown:
-            raise UnknownWordsError(unknown)
-        limit = getattr(self.model, "max_len", None)
-        return pad_sequences([self.src_vocab.encode(s, max_len=limit) for s in sentences], self.model.pad_id)
-
-    def __call__(self, text: str | list[str], beam_size: int = 4, alpha: float = 0.6) -> str | list[str]:
-        """Translate one sentence or a list of them.
-
-        Args:
-            text: a sentence (str), or a non-empty list of them.
-            beam_size: 1 for greedy decoding, more for beam search (default 4, the paper's).
-            alpha: beam search's length penalty (default 0.6).
-
-        Returns:
-            The translation (str), or a list of them for a list.
-
-        Raises:
-            TypeError: text is neither a str nor a list of str.
-            UnknownWordsError: a sentence holds words outside the vocabulary.
-            ValueError: a sentence cannot be encoded (see encode), the list is empty, or
-                beam_size or alpha is out of range.
-        """
-        if isinstance(text, str):
-            sentences = [text]
-        elif isinstance(text, (list, tuple)) and all(isinstance(s, str) for s in text):
-            sentences = list(text)
-        else:
-            raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}"
-                            + (" holding a non-str" if isinstance(text, (list, tuple)) else ""))
-        if not sentences:
-            raise ValueError("text must hold at least one sentence, got an empty list")
-        _check_int("beam_size", beam_size)
-        _check_float("alpha", alpha, 0.0)
-        src = self.encode(sentences)  # [batch, src_len]
-        max_new = min(2 * src.size(1) + 10, getattr(self.model, "max_len", 512) - 1)
-        bos, eos = self.model.bos_id, self.model.eos_id  # the model's own, as generate takes them
-        if beam_size == 1:
-            out = greedy_decode(self.model, src, bos, eos, max_new_tokens=max_new)
-        else:
-            out, _ = beam_search(self.model, src, bos, eos, beam_size, alpha, max_new)
-        result = [self.tgt_vocab.decode(row) for row in out]
-        return result[0] if isinstance(text, str) else result
-
-
-def load_translator(directory: str | Path | None = None) -> Translator:
-    """Load a translator from a checkpoint written by chapter 09's `save_checkpoint`.
-
-    Nothing is unpickled (safetensors weights, JSON config and vocabularies).
-
-    Args:
-        directory: the checkpoint directory; None (default) loads the translator shipped
-            with the package (transformer/checkpoints/translator/).
-
-    Returns:
-        The Translator, its model in eval mode.
-
-    Raises:
-        FileNotFoundError: the directory or one of its files is missing.
-        ValueError: a file is malformed (the message names it), or the checkpoint has
-            no vocabularies.
-    """
-    directory = TRANSLATOR_CHECKPOINT if directory is None else _as_directory(directory)
-    checkpoint = load_checkpoint(directory)
-    if checkpoint.src_vocab is None or checkpoint.tgt_vocab is None:
-        raise ValueError(f"{directory}: a model without vocabularies ({SRC_VOCAB_FILE}, {TGT_VOCAB_FILE}); "
-                         "a translator needs them: save it with save_checkpoint(..., src_vocab, tgt_vocab)")
-    return Translator(checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab)
-
-
-@lru_cache(maxsize=1)
-def _shipped_translator() -> Translator:
-    return load_translator()
-
-
-def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
-    """Translate English into Chinese with the shipped translator (loaded once, then reused).
-
-    translate("I love apples") -> "我 喜欢 苹果".
-
-    Args:
-        text: a sentence, or a list of them.
-        beam_size: 4 (default, the paper's) for beam search, 1 for greedy decoding.
-
-    Returns:
-        The translation, or a list of them.
-
-    Raises:
-        TypeError: text is neither a str nor a list of str.
-        UnknownWordsError: a sentence holds words outside the vocabulary (named).
-        ValueError: a sentence is empty, holds a special token's string, or is too long;
-            or beam_size is not a positive integer.
-    """
-    return _shipped_translator()(text, beam_size=beam_size)
-
-
-# %%
-print(translate("I love apples"))
-print(translate(["I love apples", REORDERED, "do you eat apples?"]))
-# Greedy (beam_size=1), one padded batch; "school" with "tomorrow" is a held-out combination.
-print(translate(["I will borrow magazines at school tomorrow", "did you see the dog ?"], beam_size=1))
-print(translate("I love apples."), "|", translate("Do you love apples?"))
-for bad in ["I love pineapples and mangoes", "<eos> <pad>", "", 123]:
-    try:
-        translate(bad)
-    except (ValueError, TypeError) as err:  # UnknownWordsError is a ValueError
-        print(f"{type(err).__name__}: {err}")
-
-# %% [markdown]
-# On the command line, `python -m transformer translate "I love apples"` runs
-# `translate_command` and prints one translation per sentence; a sentence it cannot
-# translate gives exit status 2, a checkpoint it cannot load 1, each with one line on
-# standard error.
-
-# %%
-#| export translator
-import argparse
-import sys
-
-
-def translate_command(argv: list[str] | None = None) -> int:
-    """`python -m transformer translate "I love apples"`: print each sentence's translation.
-
-    Never prints a traceback for a problem of the input or the checkpoint: one line on
-    standard error says what is wrong.
-
-    Args:
-        argv: the arguments after `translate` (default None: sys.argv[2:]).
-
-    Returns:
-        The exit status: 0 if every sentence was translated; 1 if the checkpoint cannot
-        be loaded (missing, corrupt or malformed: the message names the file); 2 for bad
-        input (a sentence with unknown words, a special token, no words, or too long; a
-        bad option, as argparse reports it).
-    """
-    parser = argparse.ArgumentParser(prog="python -m transformer translate",
-                                     description="Translate English sentences into Chinese with the "
-                                                 "toy translator of the book.")
-    parser.add_argument("sentences", nargs="+", help="English sentences, each one argument")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4)")
-    parser.add_argument("--checkpoint", default=None,
-                        help="a checkpoint directory written by chapter 09's save_checkpoint")
-    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
-    if args.beam < 1:
-        parser.error(f"--beam must be a positive integer, got {args.beam}")
-    try:
-        translator = load_translator(args.checkpoint)
-    except (OSError, ValueError) as err:  # FileNotFoundError is an OSError
-        print(f"error: cannot load the translator: {err}", file=sys.stderr)
-        return 1
-    status = 0
-    for sentence in args.sentences:
-        try:
-            print(translator(sentence, beam_size=args.beam))
-        except ValueError as err:  # UnknownWordsError is one
-            print(f"error: cannot translate {sentence!r}: {err}", file=sys.stderr)
-            status = 2
-    return status
-
-# %% [markdown]
-# Called directly with the arguments a shell would pass after `translate`, then as a
-# real command in a subprocess:
-
-# %%
-print("exit status:", translate_command(["I love apples"]))
-print("exit status:", translate_command(["I love durians"]))
-print("exit status:", translate_command(["I love apples", "--checkpoint", "no/such/directory"]))
-
-# %%
-import subprocess
-import sys
-
-result = subprocess.run([sys.executable, "-m", "transformer", "translate", "I love apples"],
-                        capture_output=True, text=True, check=False)
-print("stdout:", result.stdout.strip(), "| exit status:", result.returncode)
-result = subprocess.run([sys.executable, "-m", "transformer", "translate", "I love durians"],
-                        capture_output=True, text=True, check=False)
-print("stderr:", result.stderr.strip(), "| exit status:", result.returncode)
-
-# %% [markdown]
-# ### One `generate` for every model, as Hugging Face users know it
+# ## 7 · One `generate` for every model, as Hugging Face users know it
 #
 # `model.generate(input_ids, max_new_tokens=20)` behaves as in Hugging Face
 # `transformers`: greedy unless `do_sample=True`, beam search with `num_beams`, several
@@ -2422,10 +2174,11 @@ print("all checks passed")
 # ## 10 · What we can do now, and what is still missing
 #
 # We can translate greedily, by sampling or with beam search, at one position of decoder
-# work per token, and `translate`, the command line and `model.generate(...)` serve users
-# of the package. We cannot reliably translate sentences longer than the training data:
-# the model learned a shortcut there, and no search repairs it. Data is the cure, and
-# chapter 11 turns to real text.
+# work per token, and `model.generate(...)` does each for either kind of model. We cannot
+# reliably translate sentences longer than the training data: the model learned a
+# shortcut there, and no search repairs it. Data is the cure, and chapter 11 turns to real
+# text. (Appendix 15 wraps the trained model as `translate("I love apples")` and a
+# command for the shell.)
 #
 # Left out, for further reading: **subword vocabularies** (BPE, WordPiece,
 # SentencePiece), which split rare words into known pieces; **batching by length**, where
@@ -2698,3 +2451,5 @@ print("ex4 passed")
 #   exposure bias is not what breaks these sentences.
 # - **Cross-attention** weights show which English word each Chinese word read, reordering
 #   included.
+# - **`model.generate(...)`** takes Hugging Face's options (`do_sample`, `num_beams`,
+#   `num_return_sequences`, ...) in a `GenerationConfig` checked once, for either kind of model.

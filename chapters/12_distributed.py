@@ -27,10 +27,9 @@
 #   or GPUs (nccl), on one machine or several;
 # - with **gradient accumulation** and **mixed precision** (bfloat16 autocast; float16
 #   with a gradient scaler on GPUs);
-# - from a **config file**, as a command: `python -m transformer train book.toml`, or
-#   `torchrun --nproc_per_node=N -m transformer train book.toml` (`python -m transformer
-#   train --example book > book.toml` writes the config that the package ships), for the
-#   translator or for chapter 11's language model (`--example lm`);
+# - from a **config file**: `torchrun --nproc_per_node=N train.py book.toml runs/book`
+#   starts N processes of a three-line program, for the translator or for chapter 11's
+#   language model (the package ships both configs);
 # - with **checkpoints that survive a crash**: a run killed mid-way resumes from its
 #   last checkpoint and ends with exactly the weights of a run that never stopped.
 
@@ -1227,120 +1226,21 @@ def train_from_config(config: str | Path | dict, out_dir: str | Path, *, progres
     return history
 
 # %% [markdown]
-# The command. `python -m transformer` runs `transformer/__main__.py`, which this
-# chapter now writes: it hands `translate` to chapter 10's `translate_command` and
-# `train` to `train_command`. (A chapter may not import from a later one, so the file
-# that knows both commands lives here.) A bad config is one line on standard error, and
-# so is every other failure a user can cause: a missing pairs file, a run directory that
-# cannot be written, or a resume with a config whose model or data differ from the
-# checkpoint's (the checkpoint stores its config, and the message names each key that
-# changed). The configs of the book ship inside the package: `python -m transformer
-# train --example book > book.toml` writes one to start from.
+# The program. `torchrun` starts N copies of one Python program and tells each, in
+# environment variables, which one it is; `train_from_config` reads them
+# (`start_processes`), so the program every process runs needs three lines. (Appendix 15
+# makes it a command of the package, `python -m transformer train CONFIG`, with options
+# and with one line on standard error for a user's mistake.)
 
 # %%
-#| export trainer
-import argparse
-from importlib import resources
+TRAIN = WORK / "train.py"  # torchrun ... train.py CONFIG OUT
+TRAIN.write_text("""import sys
 
+from transformer.trainer import train_from_config
 
-def train_command(argv: list[str] | None = None) -> int:
-    """`python -m transformer train CONFIG` (also under torchrun): train as the config says.
-
-    A problem of the config, the data or the checkpoint gets one line on standard error
-    and the exit status 2, never a traceback.
-
-    Args:
-        argv: the arguments after `train` (default None: sys.argv[2:]).
-
-    Returns:
-        The exit status: 0 when training finished or stopped cleanly on SIGTERM (run the
-        same command again to resume), 2 for a bad config, data or checkpoint.
-    """
-    parser = argparse.ArgumentParser(
-        prog="python -m transformer train",
-        description="Train what CONFIG says (a translator or a language model); under `torchrun "
-                    "--nproc_per_node=N` on N processes.")
-    parser.add_argument("config", nargs="?", help="a .toml or .json training config; "
-                        "`--example book > my.toml` writes one to start from")
-    parser.add_argument("--example", choices=example_configs(), default=None,
-                        help="print a config shipped with the package (book: the toy translator; base, "
-                        "big: the paper's models; lm: chapter 11's language model; refinements: the "
-                        "2017 model of chapter 13's comparison) and exit")
-    parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
-                        "a checkpoint found there is resumed")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
-    if args.example is not None:
-        if args.config is not None:
-            parser.error("give either CONFIG or --example, not both")
-        print(example_config(args.example), end="")
-        return 0
-    if args.config is None:
-        parser.error("the config is required: a .toml or .json file (`--example book > my.toml` writes one)")
-    try:
-        train_from_config(args.config, args.out or Path("runs") / Path(args.config).stem,
-                          progress=not args.no_progress)
-    except ValueError as err:
-        print(f"train: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:  # the run directory cannot be written (a file in the way, no space, ...)
-        print(f"train: cannot write the run in {str(args.out or 'runs/')!r}: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
-        return 130
-    return 0
-
-
-def example_configs() -> list[str]:
-    """The names of the configs shipped with the package (transformer/configs/NAME.toml)."""
-    return sorted(p.name.removesuffix(".toml") for p in resources.files("transformer").joinpath("configs").iterdir()
-                  if p.name.endswith(".toml"))
-
-
-def example_config(name: str) -> str:
-    """The text of the shipped config NAME (see example_configs), to copy and edit.
-
-    Raises:
-        ValueError: no shipped config has that name.
-    """
-    if name not in example_configs():
-        raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")
-    return resources.files("transformer").joinpath("configs", f"{name}.toml").read_text(encoding="utf-8")
-
-# %%
-#| export __main__
-import sys
-
-from transformer.trainer import train_command
-from transformer.translator import translate_command
-
-COMMANDS = {"translate": translate_command, "train": train_command}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m transformer COMMAND ...`: hand the arguments after COMMAND to its function.
-
-    Args:
-        argv: the arguments (default None: sys.argv[1:]).
-
-    Returns:
-        The command's exit status; 2 for a missing or unknown command (0 for -h).
-    """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(f"usage: python -m transformer {{{','.join(COMMANDS)}}} ...   (COMMAND -h for its options)")
-        return 0
-    if not argv or argv[0] not in COMMANDS:
-        print(f"usage: python -m transformer {{{','.join(COMMANDS)}}} ...\n"
-              f"error: expected a command, one of {', '.join(COMMANDS)}; got {' '.join(argv[:1]) or 'none'}",
-              file=sys.stderr)
-        return 2
-    return COMMANDS[argv[0]](argv[1:])
-
-
-if __name__ == "__main__" and __package__ == "transformer":
-    sys.exit(main())
+train_from_config(sys.argv[1], sys.argv[2], progress=False)
+""")
+print(TRAIN.read_text())
 
 # %% [markdown]
 # ## 4 · A shape trace
@@ -1429,14 +1329,12 @@ assert gap < 1e-5
 # `--standalone` lets torchrun find a free port on this machine.
 
 # %%
-def torchrun(config: dict, out: Path, processes: int = 2, script: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `torchrun --standalone --nproc_per_node=N -m transformer train CONFIG --out OUT`
-    (or, given a script, `torchrun ... SCRIPT CONFIG --out OUT`)."""
+def torchrun(config: dict, out: Path, processes: int = 2, script: Path = TRAIN) -> subprocess.CompletedProcess:
+    """Run `torchrun --standalone --nproc_per_node=N SCRIPT CONFIG OUT` (SCRIPT: train.py above)."""
     path = out.with_suffix(".json")
     path.write_text(json.dumps(config))
-    program = ["-m", "transformer", "train"] if script is None else [str(script)]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               *program, str(path), "--out", str(out), "--no-progress"]
+               str(script), str(path), str(out)]
     return subprocess.run(command, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -1453,11 +1351,11 @@ assert gap < 1e-5
 # %% [markdown]
 # **Crash and resume:** the same 2-process run, but process 1 dies (SIGKILL: no chance
 # to clean up) right after step 5. The last checkpoint is step 4. To make it die there,
-# torchrun runs a short script instead of the package's command: a *test double* that
-# wraps the training step with one that kills the process after step 5, then runs the
-# train command as it is (nothing in the package knows about crashes). torchrun sees a
-# worker die, stops the other one and fails. Then we start the very same training
-# command again: it finds the checkpoint and resumes.
+# torchrun runs another short program instead of `train.py`: a *test double* that
+# wraps the training step with one that kills the process after step 5, then trains as
+# `train.py` does (nothing in the package knows about crashes). torchrun sees a worker
+# die, stops the other one and fails. Then we start the very same `train.py` command
+# again: it finds the checkpoint and resumes.
 
 # %%
 DIE_AFTER_STEP_5 = WORK / "die_after_step_5.py"
@@ -1474,7 +1372,7 @@ def step_then_die(state, *args, **kwargs):  # process 1 dies right after its 5th
     return result
 
 trainer.accumulated_train_step = step_then_die
-sys.exit(trainer.train_command(sys.argv[1:]))
+trainer.train_from_config(sys.argv[1], sys.argv[2], progress=False)
 """)
 crashed = torchrun(tiny(), WORK / "crashed", script=DIE_AFTER_STEP_5)
 print("exit status:", crashed.returncode, "| latest:", (WORK / "crashed" / "checkpoints" / "latest").read_text())
@@ -1658,17 +1556,18 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 # orders of magnitude faster than a P100: the base model is now a matter of hours on
 # one machine.
 #
-# **The commands.** On one GPU (the config's `device = "auto"` takes it; no torchrun
-# needed, though it works too):
+# **The commands**, with `train.py` from section 3 (appendix 15's
+# `python -m transformer train base.toml --out runs/base` takes the same place). On one
+# GPU (the config's `device = "auto"` takes it; no torchrun needed, though it works too):
 #
 # ```
-# python -m transformer train base.toml --out runs/base
+# python train.py base.toml runs/base
 # ```
 #
 # On one machine with 8 GPUs (one process per GPU, backend nccl):
 #
 # ```
-# torchrun --standalone --nproc_per_node=8 -m transformer train base.toml --out runs/base
+# torchrun --standalone --nproc_per_node=8 train.py base.toml runs/base
 # ```
 #
 # On 2 machines with 8 GPUs each: run this on both, with `--node_rank=0` on one and
@@ -1678,7 +1577,7 @@ print(f"all-reduce per step: {allreduce / 1e6:.0f} MB sent per GPU; at 10 GB/s: 
 #
 # ```
 # torchrun --nnodes=2 --node_rank=0 --nproc_per_node=8 --rdzv_id=base --rdzv_backend=c10d \
-#     --rdzv_endpoint=HOST:PORT -m transformer train base.toml --out /shared/runs/base
+#     --rdzv_endpoint=HOST:PORT train.py base.toml /shared/runs/base
 # ```
 #
 # To resume after a crash or a SIGTERM, run the same command again. A checkpoint must
@@ -1968,7 +1867,7 @@ print("ex4 passed")
 #   11's language model, whose windows of text are batched, sharded and resumed the same
 #   way; `transformer/configs/lm.toml` is the recipe of the language model the package ships
 #   (`make checkpoint MODEL=lm`).
-# - `python -m transformer train CONFIG` runs one process; `torchrun --nproc_per_node=N`
+# - `python train.py CONFIG OUT` runs one process; `torchrun --nproc_per_node=N`
 #   (and `--nnodes`, `--node_rank`, `--rdzv_endpoint` across machines) runs N, with gloo on
 #   CPUs and nccl on GPUs. Rank 0 alone logs and saves.
 # - Measured here: 1 process × 16 sentences and 2 processes × 8 agree to about

@@ -27,7 +27,9 @@
 #
 # 1. bad input refused at the boundary, one error per mistake, layer by layer;
 # 2. a saved model that is damaged or missing, refused with the file and what is wrong;
-# 3. a top level that holds what a user of the models needs, and no more.
+# 3. a translator that takes text and gives text;
+# 4. commands for the shell: `python -m transformer translate` and `train`;
+# 5. a top level that holds what a user of the models needs, and no more.
 
 # %%
 import json
@@ -270,7 +272,408 @@ refused_load(workdir / "missing")
 shutil.rmtree(workdir)
 
 # %% [markdown]
-# ## 3 · The front door: what `import transformer` holds
+# ## 3 · The translator, ready to call
+#
+# Chapter 10 decodes ids into ids; a user has English text and wants Chinese text.
+# `Translator` bundles a trained model with its two vocabularies; `load_translator()`
+# loads chapter 09's (or any checkpoint saved by `save_checkpoint`); `translate(text)`
+# does both and keeps the model for the next call. A word the model never saw would be
+# encoded as `<unk>` and silently mistranslated, so the translator refuses it with an
+# `UnknownWordsError` (a `ValueError`) that names every unknown word.
+
+# %%
+#| export translator
+from functools import lru_cache
+from pathlib import Path
+
+from torch import Tensor
+
+from transformer.data import Vocab, pad_sequences
+from transformer.validation import _check_float, _check_int
+from transformer.beam_search import beam_search
+from transformer.decoding import greedy_decode
+from transformer.model import Transformer
+from transformer.pretrained import _as_directory
+from transformer.saving import SRC_VOCAB_FILE, TGT_VOCAB_FILE, TRANSLATOR_CHECKPOINT, load_checkpoint
+
+
+class UnknownWordsError(ValueError):
+    """A sentence holds words outside the translator's source vocabulary.
+
+    Args:
+        words: the unknown words (each once, in order of appearance), kept as `.words`;
+            the message names them.
+    """
+
+    def __init__(self, words: list[str]):
+        self.words = words
+        super().__init__(
+            f"unknown word{'s' if len(words) > 1 else ''}: {', '.join(map(repr, words))}; "
+            "the translator knows only the words of its toy corpus (chapter 09)"
+        )
+
+
+class Translator:
+    """A trained Transformer with its vocabularies: English text in, Chinese text out.
+
+    translator("I love apples") -> "我 喜欢 苹果"; a list of sentences gives a list
+    (translated as one padded batch [batch, src_len]).
+
+    Args:
+        model: a trained encoder-decoder model (a chapter-08 Transformer).
+        src_vocab: the source vocabulary it was trained with.
+        tgt_vocab: the target vocabulary.
+    """
+
+    def __init__(self, model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab):
+        self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
+
+    def encode(self, sentences: list[str]) -> Tensor:
+        """Encode source sentences into ids [batch, src_len], padded with the model's pad_id.
+
+        Args:
+            sentences: the sentences; every word is checked before any is encoded.
+
+        Returns:
+            The ids [batch, src_len], `<bos> ... <eos>` per row.
+
+        Raises:
+            UnknownWordsError: a sentence holds words outside the source vocabulary.
+            ValueError: a sentence is empty, too long for the model, or holds a special
+                token's string such as `<eos>`.
+        """
+        unknown = list(dict.fromkeys(w for s in sentences for w in self.src_vocab.unknown_words(s)))
+        if unknown:
+            raise UnknownWordsError(unknown)
+        limit = getattr(self.model, "max_len", None)
+        return pad_sequences([self.src_vocab.encode(s, max_len=limit) for s in sentences], self.model.pad_id)
+
+    def __call__(self, text: str | list[str], beam_size: int = 4, alpha: float = 0.6) -> str | list[str]:
+        """Translate one sentence or a list of them.
+
+        Args:
+            text: a sentence (str), or a non-empty list of them.
+            beam_size: 1 for greedy decoding, more for beam search (default 4, the paper's).
+            alpha: beam search's length penalty (default 0.6).
+
+        Returns:
+            The translation (str), or a list of them for a list.
+
+        Raises:
+            TypeError: text is neither a str nor a list of str.
+            UnknownWordsError: a sentence holds words outside the vocabulary.
+            ValueError: a sentence cannot be encoded (see encode), the list is empty, or
+                beam_size or alpha is out of range.
+        """
+        if isinstance(text, str):
+            sentences = [text]
+        elif isinstance(text, (list, tuple)) and all(isinstance(s, str) for s in text):
+            sentences = list(text)
+        else:
+            raise TypeError(f"text must be a str or a list of str, got {type(text).__name__}"
+                            + (" holding a non-str" if isinstance(text, (list, tuple)) else ""))
+        if not sentences:
+            raise ValueError("text must hold at least one sentence, got an empty list")
+        _check_int("beam_size", beam_size)
+        _check_float("alpha", alpha, 0.0)
+        src = self.encode(sentences)  # [batch, src_len]
+        max_new = min(2 * src.size(1) + 10, getattr(self.model, "max_len", 512) - 1)
+        bos, eos = self.model.bos_id, self.model.eos_id  # the model's own, as generate takes them
+        if beam_size == 1:
+            out = greedy_decode(self.model, src, bos, eos, max_new_tokens=max_new)
+        else:
+            out, _ = beam_search(self.model, src, bos, eos, beam_size, alpha, max_new)
+        result = [self.tgt_vocab.decode(row) for row in out]
+        return result[0] if isinstance(text, str) else result
+
+
+def load_translator(directory: str | Path | None = None) -> Translator:
+    """Load a translator from a checkpoint written by chapter 09's `save_checkpoint`.
+
+    Nothing is unpickled (safetensors weights, JSON config and vocabularies).
+
+    Args:
+        directory: the checkpoint directory; None (default) loads the translator shipped
+            with the package (transformer/checkpoints/translator/).
+
+    Returns:
+        The Translator, its model in eval mode.
+
+    Raises:
+        FileNotFoundError: the directory or one of its files is missing.
+        ValueError: a file is malformed (the message names it), or the checkpoint has
+            no vocabularies.
+    """
+    directory = TRANSLATOR_CHECKPOINT if directory is None else _as_directory(directory)
+    checkpoint = load_checkpoint(directory)
+    if checkpoint.src_vocab is None or checkpoint.tgt_vocab is None:
+        raise ValueError(f"{directory}: a model without vocabularies ({SRC_VOCAB_FILE}, {TGT_VOCAB_FILE}); "
+                         "a translator needs them: save it with save_checkpoint(..., src_vocab, tgt_vocab)")
+    return Translator(checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab)
+
+
+@lru_cache(maxsize=1)
+def _shipped_translator() -> Translator:
+    return load_translator()
+
+
+def translate(text: str | list[str], beam_size: int = 4) -> str | list[str]:
+    """Translate English into Chinese with the shipped translator (loaded once, then reused).
+
+    translate("I love apples") -> "我 喜欢 苹果".
+
+    Args:
+        text: a sentence, or a list of them.
+        beam_size: 4 (default, the paper's) for beam search, 1 for greedy decoding.
+
+    Returns:
+        The translation, or a list of them.
+
+    Raises:
+        TypeError: text is neither a str nor a list of str.
+        UnknownWordsError: a sentence holds words outside the vocabulary (named).
+        ValueError: a sentence is empty, holds a special token's string, or is too long;
+            or beam_size is not a positive integer.
+    """
+    return _shipped_translator()(text, beam_size=beam_size)
+
+
+# %% [markdown]
+# One sentence, then a list (one padded batch), then greedy decoding with `beam_size=1`
+# ("school" with "tomorrow" is a combination held out of training), then the four
+# mistakes a caller can make: unknown words, a special token written as text, an empty
+# sentence and something that is not text.
+
+# %%
+print(translate("I love apples"))
+print(translate(["I love apples", "I ate apples in the park yesterday", "do you eat apples?"]))
+print(translate(["I will borrow magazines at school tomorrow", "did you see the dog ?"], beam_size=1))
+print(translate("I love apples."), "|", translate("Do you love apples?"))
+for bad in ["I love pineapples and mangoes", "<eos> <pad>", "", 123]:
+    try:
+        translate(bad)
+    except (ValueError, TypeError) as err:  # UnknownWordsError is a ValueError
+        print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
+# ## 4 · The command line
+#
+# Chapter 12 trains from a config file under `torchrun` with a three-line script. A user
+# wants commands instead: `python -m transformer translate "I love apples"` and
+# `python -m transformer train CONFIG`, which print one line on standard error for a
+# mistake of theirs rather than a traceback, and exit with a status a shell script can
+# test. Each command is a function from the arguments a shell passes to an exit status,
+# so that it can be called, and tested, without starting a process.
+#
+# `translate` prints one translation per sentence; a sentence it cannot translate gives
+# exit status 2, a checkpoint it cannot load 1.
+
+# %%
+#| export commands
+import argparse
+import sys
+from importlib import resources
+
+from transformer.trainer import train_from_config
+from transformer.translator import load_translator
+
+
+def translate_command(argv: list[str] | None = None) -> int:
+    """`python -m transformer translate "I love apples"`: print each sentence's translation.
+
+    Never prints a traceback for a problem of the input or the checkpoint: one line on
+    standard error says what is wrong.
+
+    Args:
+        argv: the arguments after `translate` (default None: sys.argv[2:]).
+
+    Returns:
+        The exit status: 0 if every sentence was translated; 1 if the checkpoint cannot
+        be loaded (missing, corrupt or malformed: the message names the file); 2 for bad
+        input (a sentence with unknown words, a special token, no words, or too long; a
+        bad option, as argparse reports it).
+    """
+    parser = argparse.ArgumentParser(prog="python -m transformer translate",
+                                     description="Translate English sentences into Chinese with the "
+                                                 "toy translator of the book.")
+    parser.add_argument("sentences", nargs="+", help="English sentences, each one argument")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="a checkpoint directory written by chapter 09's save_checkpoint")
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.beam < 1:
+        parser.error(f"--beam must be a positive integer, got {args.beam}")
+    try:
+        translator = load_translator(args.checkpoint)
+    except (OSError, ValueError) as err:  # FileNotFoundError is an OSError
+        print(f"error: cannot load the translator: {err}", file=sys.stderr)
+        return 1
+    status = 0
+    for sentence in args.sentences:
+        try:
+            print(translator(sentence, beam_size=args.beam))
+        except ValueError as err:  # UnknownWordsError is one
+            print(f"error: cannot translate {sentence!r}: {err}", file=sys.stderr)
+            status = 2
+    return status
+
+# %% [markdown]
+# Called with the arguments a shell would pass after `translate`, standard error shown
+# where it is written:
+
+# %%
+import contextlib
+
+for argv in (["I love apples"], ["I love durians"], ["I love apples", "--checkpoint", "no/such/directory"]):
+    with contextlib.redirect_stderr(sys.stdout):
+        status = translate_command(argv)
+    print("exit status:", status)
+
+# %% [markdown]
+# `train` hands a config to chapter 12's `train_from_config`. A bad config is one line on
+# standard error, and so is every other failure a user can cause: a missing pairs file,
+# a run directory that cannot be written, or a resume with a config whose model or data
+# differ from the checkpoint's (the checkpoint stores its config, and the message names
+# each key that changed). The configs of the book ship inside the package:
+# `python -m transformer train --example book > book.toml` writes one to start from.
+
+# %%
+#| export commands
+from pathlib import Path
+
+
+def train_command(argv: list[str] | None = None) -> int:
+    """`python -m transformer train CONFIG` (also under torchrun): train as the config says.
+
+    A problem of the config, the data or the checkpoint gets one line on standard error
+    and the exit status 2, never a traceback.
+
+    Args:
+        argv: the arguments after `train` (default None: sys.argv[2:]).
+
+    Returns:
+        The exit status: 0 when training finished or stopped cleanly on SIGTERM (run the
+        same command again to resume), 2 for a bad config, data or checkpoint.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer train",
+        description="Train what CONFIG says (a translator or a language model); under `torchrun "
+                    "--nproc_per_node=N` on N processes.")
+    parser.add_argument("config", nargs="?", help="a .toml or .json training config; "
+                        "`--example book > my.toml` writes one to start from")
+    parser.add_argument("--example", choices=example_configs(), default=None,
+                        help="print a config shipped with the package (book: the toy translator; base, "
+                        "big: the paper's models; lm: chapter 11's language model; refinements: the "
+                        "2017 model of chapter 13's comparison) and exit")
+    parser.add_argument("--out", default=None, help="the run's directory (default: runs/CONFIG-NAME); "
+                        "a checkpoint found there is resumed")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    if args.example is not None:
+        if args.config is not None:
+            parser.error("give either CONFIG or --example, not both")
+        print(example_config(args.example), end="")
+        return 0
+    if args.config is None:
+        parser.error("the config is required: a .toml or .json file (`--example book > my.toml` writes one)")
+    try:
+        train_from_config(args.config, args.out or Path("runs") / Path(args.config).stem,
+                          progress=not args.no_progress)
+    except ValueError as err:
+        print(f"train: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the run directory cannot be written (a file in the way, no space, ...)
+        print(f"train: cannot write the run in {str(args.out or 'runs/')!r}: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("train: interrupted; run the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
+    return 0
+
+
+def example_configs() -> list[str]:
+    """The names of the configs shipped with the package (transformer/configs/NAME.toml)."""
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("transformer").joinpath("configs").iterdir()
+                  if p.name.endswith(".toml"))
+
+
+def example_config(name: str) -> str:
+    """The text of the shipped config NAME (see example_configs), to copy and edit.
+
+    Raises:
+        ValueError: no shipped config has that name.
+    """
+    if name not in example_configs():
+        raise ValueError(f"example must be one of {', '.join(example_configs())}, got {name!r}")
+    return resources.files("transformer").joinpath("configs", f"{name}.toml").read_text(encoding="utf-8")
+
+# %% [markdown]
+# A config with a misspelt key, and the first lines of the shipped `book` config:
+
+# %%
+bad_config = Path(tempfile.mkdtemp()) / "typo.toml"
+bad_config.write_text(example_config("book").replace("[train]", "[train]\nlearning_rat = 0.1", 1))
+with contextlib.redirect_stderr(sys.stdout):
+    status = train_command([str(bad_config), "--out", str(bad_config.parent / "run")])
+print("exit status:", status)
+print("\n".join(example_config("book").splitlines()[:6]))
+shutil.rmtree(bad_config.parent)
+
+# %% [markdown]
+# `python -m transformer` runs the package's `__main__.py`; `main` hands the arguments
+# after the command's name to its function. The same `main` is the `transformer` command
+# that `pip install` puts on the PATH (the `[project.scripts]` table of
+# `pyproject.toml`), so `transformer translate "I love apples"` works too.
+
+# %%
+#| export commands
+COMMANDS = {"translate": translate_command, "train": train_command}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m transformer COMMAND ...`: hand the arguments after COMMAND to its function.
+
+    Args:
+        argv: the arguments (default None: sys.argv[1:]).
+
+    Returns:
+        The command's exit status; 2 for a missing or unknown command (0 for -h).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(f"usage: python -m transformer {{{','.join(COMMANDS)}}} ...   (COMMAND -h for its options)")
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m transformer {{{','.join(COMMANDS)}}} ...\n"
+              f"error: expected a command, one of {', '.join(COMMANDS)}; got {' '.join(argv[:1]) or 'none'}",
+              file=sys.stderr)
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+# %%
+#| export __main__
+import sys
+
+from transformer.commands import main
+
+if __name__ == "__main__" and __package__ == "transformer":  # run as `python -m transformer`, not imported
+    sys.exit(main())
+
+# %% [markdown]
+# The same commands as a shell runs them, in a new process:
+
+# %%
+import shlex
+import subprocess
+
+for argv in (["translate", "I love apples"], ["translate", "I love durians"], ["tarnslate"]):
+    result = subprocess.run([sys.executable, "-m", "transformer", *argv], capture_output=True, text=True, check=False)
+    print(f"$ python -m transformer {shlex.join(argv)}\n  standard output: {result.stdout.strip()!r}\n"
+          f"  standard error, last line: {(result.stderr.strip().splitlines() or [''])[-1]!r}\n"
+          f"  exit status: {result.returncode}")
+
+# %% [markdown]
+# ## 5 · The front door: what `import transformer` holds
 #
 # The chapters' modules export every piece they build, close to two hundred names (counted
 # below). A user of the models needs few of them, in the groups that `torch.nn` and Hugging Face
@@ -339,10 +742,11 @@ assert all(getattr(transformer, name) is globals()[name] for name in __all__), "
 # ## What we can do now, and what is still missing
 #
 # Every layer of the package refuses a wrong argument with an error that names it and
-# says what was expected, and a saved model that cannot be trusted is not loaded. The
-# checks themselves still live in the chapters' modules, beside the idea each chapter
-# teaches; the package's other needs (saving and loading, one `generate` for every model,
-# the command line) are built where they are first needed, in chapters 08, 10 and 12.
+# says what was expected, and a saved model that cannot be trusted is not loaded. A user
+# translates text with one call or one command, and trains from a config with another.
+# The checks themselves still live in the chapters' modules, beside the idea each chapter
+# teaches; saving and loading, and one `generate` for every model, are built where they
+# are first needed, in chapters 08 and 10.
 #
 # ## Summary
 #
@@ -353,3 +757,8 @@ assert all(getattr(transformer, name) is globals()[name] for name in __all__), "
 #   size equals the query length, `[B, Tq, Tk]` where it equals the number of heads) are
 #   refused.
 # - A damaged, mismatched or missing saved model is refused with the file and the reason.
+# - `translate(text)` and `load_translator(directory)` take text and give text; a word the
+#   model never saw is named, not guessed.
+# - `python -m transformer translate|train` (or `transformer translate|train` once
+#   installed) prints one line on standard error for a user's mistake, and exits with a
+#   status a shell can test: 0 done, 1 a checkpoint that cannot be loaded, 2 bad input.

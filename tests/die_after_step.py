@@ -1,5 +1,5 @@
 """A test double for a crash: under torchrun, `die_after_step.py RANK:STEP CONFIG --out OUT ...`
-runs chapter 12's train command with a training step that kills process RANK (SIGKILL, no
+runs appendix 15's train command with a training step that kills process RANK (SIGKILL, no
 clean-up) right after update STEP. Nothing in the package knows about crashes."""
 
 import os
@@ -7,6 +7,7 @@ import signal
 import sys
 
 import transformer.trainer as trainer
+from transformer.commands import train_command
 
 RANK, STEP = map(int, sys.argv[1].split(":"))
 real_step = trainer.accumulated_train_step
@@ -20,4 +21,4 @@ def step_then_die(state, *args, **kwargs):
 
 
 trainer.accumulated_train_step = step_then_die
-sys.exit(trainer.train_command(sys.argv[2:]))
+sys.exit(train_command(sys.argv[2:]))

@@ -331,9 +331,9 @@ from transformer import (  # noqa: E402
     make_optimizer,
     translate,
 )
-from transformer.__main__ import main  # noqa: E402
 from transformer.attention_maps import cross_attention_weights  # noqa: E402
 from transformer.beam_search import beam_search, length_penalty, sequence_scores  # noqa: E402
+from transformer.commands import main  # noqa: E402
 from transformer.config import load_config  # noqa: E402
 from transformer.data import pad_sequences  # noqa: E402
 from transformer.decoding import filter_logits, greedy_decode, sample_decode  # noqa: E402

@@ -123,3 +123,7 @@ def test_commands_in_a_clean_install(clean_env):
     # The trained model loads with the translate command (its output is whatever 3 steps learnt).
     run([str(python), "-m", "transformer", "translate", "--checkpoint", "run/model", "I love apples"],
         cwd=tmp, env=env)
+    # pip put the entry point of pyproject.toml's [project.scripts] beside the venv's python.
+    command = python.parent / "transformer"
+    assert run([str(command), "translate", "I love apples"], cwd=tmp, env=env) == "我 喜欢 苹果\n"
+    assert run([str(command), "-h"], cwd=tmp, env=env).startswith("usage: python -m transformer {translate,train}")

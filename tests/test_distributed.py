@@ -85,8 +85,7 @@ def runs(tmp_path_factory):
 
 def test_example_prints_each_shipped_config(tmp_path, capsys):
     """`train --example NAME` prints the config shipped in the package, ready to edit and load."""
-    from transformer.__main__ import main
-    from transformer.trainer import example_configs
+    from transformer.commands import example_configs, main
 
     assert example_configs() == ["base", "big", "book", "lm", "refinements"]
     for name in example_configs():
@@ -190,7 +189,7 @@ def test_cli_reports_a_bad_config_in_one_line(tmp_path):
 
 
 def test_main_dispatches_and_refuses_an_unknown_command(capsys):
-    from transformer.__main__ import COMMANDS, main
+    from transformer.commands import COMMANDS, main
 
     assert set(COMMANDS) == {"translate", "train"}
     assert main(["fly"]) == 2 and "translate, train" in capsys.readouterr().err

@@ -591,7 +591,7 @@ def one_clean_line(stderr: str, *words: str) -> None:
 
 def run_main(capsys, *args: str) -> tuple[int, str, str]:
     """The CLI in this process (an exception escaping main would fail the test): status, out, err."""
-    from transformer.__main__ import main
+    from transformer.commands import main
 
     status = main(list(args))
     captured = capsys.readouterr()

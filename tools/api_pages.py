@@ -28,16 +28,12 @@ def linked_names(export: Export) -> str:
     return ", ".join(f"{{py:obj}}`~transformer.{export.module}.{n}`" for n in export.names)
 
 
-def module_label(module: str) -> str:
-    return "python -m transformer" if module == "__main__" else f"transformer.{module}"
-
-
 def api_module_page(export: Export, chapter: Chapter, public: list[str]) -> str:
     """One module's page: its chapter, then each public name documented by autodoc."""
     names = export.names
     shared = [n for n in names if n in public]
     lines = [
-        f"# {module_label(export.module)}", "",
+        f"# transformer.{export.module}", "",
         f"Built in chapter {chapter.number:02d}, "
         f"{{doc}}`{chapter.title} </chapters/{chapter.name}>`, which explains and tests "
         "every name below.", "",
@@ -88,8 +84,8 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
             index.append(export.module)
             pages[f"api/{export.module}.md"] = api_module_page(export, chapter, public)
             tables += [
-                f"## {module_label(export.module)}", "",
-                f"Module page: {{doc}}`{module_label(export.module)} </api/{export.module}>`; "
+                f"## transformer.{export.module}", "",
+                f"Module page: {{doc}}`transformer.{export.module} </api/{export.module}>`; "
                 f"built in chapter {chapter.number:02d}, "
                 f"{{doc}}`{chapter.title} </chapters/{chapter.name}>`.", "",
                 "| Name | What it is |", "|---|---|",

@@ -37,7 +37,7 @@ def _kind(node: ast.AST) -> str:
 
 def chapter_exports(chapter: Chapter) -> list[Export]:
     """The modules a chapter writes and the public names it defines in each, in order (the
-    top level, `__init__`, defines none: package_groups reads it)."""
+    top level, `__init__`, and `__main__`, which only runs the command line, define none)."""
     exports = {m: Export(m, {}, {}) for m in chapter.modules if m != "__init__"}
     for module, _, source in chapter.exports:
         if module == "__init__":
@@ -49,7 +49,7 @@ def chapter_exports(chapter: Chapter) -> list[Export]:
                 exports[module].summaries[name] = doc.strip().split("\n")[0]
                 if _kind(node) == "data" and not _is_literal(node):
                     exports[module].computed.add(name)
-    return list(exports.values())
+    return [export for export in exports.values() if export.kinds]
 
 
 def _is_literal(node: ast.AST) -> bool:

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools.api_pages import api_pages, linked_names, module_label
+from tools.api_pages import api_pages, linked_names
 from tools.chapter_exports import chapter_exports, imports_from_package, symbol_chapters
 from tools.code_links import link_package_names
 from tools.exercise_cells import strip_solutions
@@ -106,8 +106,7 @@ def package_note(chapter: Chapter, chapters: list[Chapter], language: str = "en"
     from earlier chapters (linked to the API), and how to run the notebook on its own."""
     writes = [TOP_LEVEL_LINK] if "__init__" in chapter.modules else []
     for export in chapter_exports(chapter):
-        writes.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`)"
-                      + (f": {linked_names(export)}" if export.names else ""))
+        writes.append(f"`transformer.{export.module}` ({{doc}}`API </api/{export.module}>`): {linked_names(export)}")
     documented = {e.module: set(e.names) for c in chapters for e in chapter_exports(c)}
     uses = []
     for module, names in imports_from_package(chapter).items():
@@ -237,8 +236,7 @@ def chapter_map(chapters: list[Chapter], language: str = "en") -> str:
     for chapter in chapters:
         adds = "<br>".join(
             ([TOP_LEVEL_LINK] if "__init__" in chapter.modules else [])
-            + [f"{{doc}}`{module_label(e.module)} </api/{e.module}>`" + (": " + linked_names(e) if e.names else "")
-               for e in chapter_exports(chapter)])
+            + [f"{{doc}}`transformer.{e.module} </api/{e.module}>`: {linked_names(e)}" for e in chapter_exports(chapter)])
         rows.append(f"| {chapter.number:02d} | {{doc}}`{chapter.title} </chapters/{chapter.name}>` "
                     f"| {adds or '–'} |")
     return "\n".join(rows + [":::", ""])
