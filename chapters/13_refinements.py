@@ -702,7 +702,7 @@ print("cache, causality and generation: as in chapter 11")
 # over half the training text), with three seeds for the 2017 model and for the one with all
 # four refinements, two for each single refinement (a seed sets the initial weights and
 # the batch order). `make refinements` retrains it all: `tools/refinement_runs.py`
-# runs chapter 12's train command with `transformer/configs/refinements.toml` and each
+# runs chapter 12's `train_from_config` with `transformer/configs/refinements.toml` and each
 # variant's model keys (the names `ModernLanguageModel` gives this chapter's refinements), and
 # writes every run's config, curves, seconds and scores to
 # `transformer/checkpoints/refinements.json`, which ships with the package. Each run is
@@ -1285,7 +1285,7 @@ print("ex5 passed")
 #   parameter count within 1%; **GQA** equals multi-head attention when groups = heads,
 #   and its KV cache shrinks by the group factor, measured on the buffers.
 # - With the KV cache and causality checked, one table on
-#   chapter 11's task, trained ahead of time by chapter 12's train command (`make
+#   chapter 11's task, trained ahead of time by chapter 12's `train_from_config` (`make
 #   refinements`) past chapter 11's bigram (the 2017 model at 0.68 times its perplexity),
 #   with the seed spread measured: **RoPE** is the gain that stands out of the noise
 #   (every RoPE run below every 2017 run, 127.3 against 154.2); RMSNorm and GQA stay

@@ -27,7 +27,7 @@
 #
 # 1. bad input refused at the boundary, one error per mistake, layer by layer;
 # 2. a saved model that is damaged or missing, refused with the file and what is wrong;
-# 3. a translator that takes text and gives text;
+# 3. a translator and a poet that take text and give text;
 # 4. commands for the shell: `python -m transformer translate` and `train`;
 # 5. a top level that holds what a user of the models needs, and no more.
 
@@ -272,7 +272,7 @@ refused_load(workdir / "missing")
 shutil.rmtree(workdir)
 
 # %% [markdown]
-# ## 3 · The translator, ready to call
+# ## 3 · The apps: a translator and a poet
 #
 # Chapter 10 decodes ids into ids; a user has English text and wants Chinese text.
 # `Translator` bundles a trained model with its two vocabularies; `load_translator()`
@@ -456,10 +456,82 @@ for bad in ["I love pineapples and mangoes", "<eos> <pad>", "", 123]:
         print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
+# Chapter 11's language model ships with the package too, and makes the second app:
+# `write_poem` continues a poem from its first line, sampling as chapter 11 did, at
+# temperature 0.6. A seed makes the draw repeatable; a character the model never saw is
+# refused by name, as the translator refuses a word.
+
+# %%
+#| export poet
+from functools import lru_cache
+
+import torch
+
+from transformer.lm import LanguageModelCheckpoint, load_language_model
+from transformer.poems import continue_poems
+from transformer.validation import _check_float, _check_int
+
+
+@lru_cache(maxsize=1)
+def _shipped_poet() -> LanguageModelCheckpoint:
+    return load_language_model()
+
+
+def write_poem(first_line: str, temperature: float = 0.6, seed: int | None = None) -> str:
+    """Continue a poem from its first line with the language model shipped with the package.
+
+    write_poem("白日依山尽，黄河入海流。", seed=0) -> that line, then the lines the model
+    wrote (up to 52 characters, chapter 11's `continue_poems`), one per line.
+
+    Args:
+        first_line: the poem's first line (a couplet such as "白日依山尽，黄河入海流。"),
+            in characters the model knows, without a line break.
+        temperature: > 0; lower is more predictable (default 0.6, as in chapter 11).
+        seed: an integer >= 0 for a repeatable draw (default None: a new draw each call).
+
+    Returns:
+        The poem: first_line and each complete line the model wrote, joined by line breaks.
+
+    Raises:
+        TypeError: first_line is not a str.
+        ValueError: first_line is empty, holds a line break or a character the model
+            never saw (named), or temperature or seed is out of range.
+    """
+    if not isinstance(first_line, str):
+        raise TypeError(f"first_line must be a str, got {type(first_line).__name__}")
+    if not first_line.strip() or "\n" in first_line:
+        raise ValueError(f"first_line must be one line of text, got {first_line!r}")
+    _check_float("temperature", temperature, 0.0, low_closed=False)
+    if seed is not None:
+        _check_int("seed", seed, 0)
+    model, vocab, _ = _shipped_poet()
+    unknown = list(dict.fromkeys(vocab.unknown_words(first_line)))
+    if unknown:
+        raise ValueError(f"first_line holds characters the model never saw: {', '.join(map(repr, unknown))}")
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    (written,) = continue_poems(model, [first_line], vocab, do_sample=True, temperature=temperature,
+                                generator=generator)
+    return "\n".join([first_line, *written])
+
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(write_poem("白日依山尽，黄河入海流。", seed=0))  # a draw: another CPU's rounding may change it
+
+# %%
+assert write_poem("白日依山尽，黄河入海流。", seed=0) == write_poem("白日依山尽，黄河入海流。", seed=0)
+for bad in ["white sun", "", 7]:
+    try:
+        write_poem(bad)
+    except (ValueError, TypeError) as err:
+        print(f"{type(err).__name__}: {err}")
+
+# %% [markdown]
 # ## 4 · The command line
 #
 # Chapter 12 trains from a config file under `torchrun` with a three-line script. A user
-# wants commands instead: `python -m transformer translate "I love apples"` and
+# wants commands instead: `python -m transformer translate "I love apples"`,
+# `python -m transformer poem "白日依山尽，黄河入海流。"` and
 # `python -m transformer train CONFIG`, which print one line on standard error for a
 # mistake of theirs rather than a traceback, and exit with a status a shell script can
 # test. Each command is a function from the arguments a shell passes to an exit status,
@@ -528,6 +600,51 @@ for argv in (["I love apples"], ["I love durians"], ["I love apples", "--checkpo
     with contextlib.redirect_stderr(sys.stdout):
         status = translate_command(argv)
     print("exit status:", status)
+
+# %% [markdown]
+# `poem` prints the poem that `write_poem` writes; a seed repeats it.
+
+# %%
+#| export commands
+from transformer.poet import write_poem
+
+
+def poem_command(argv: list[str] | None = None) -> int:
+    """`python -m transformer poem "白日依山尽，黄河入海流。"`: print a poem that goes on from that line.
+
+    Args:
+        argv: the arguments after `poem` (default None: sys.argv[2:]).
+
+    Returns:
+        The exit status: 0 if the poem was written; 1 if the language model cannot be
+        loaded; 2 for bad input (a character the model never saw, an empty line, a bad
+        option), with one line on standard error.
+    """
+    parser = argparse.ArgumentParser(prog="python -m transformer poem",
+                                     description="Continue a classical Chinese poem from its first line "
+                                                 "with the language model of the book (chapter 11).")
+    parser.add_argument("first_line", help="the poem's first line, such as 白日依山尽，黄河入海流。")
+    parser.add_argument("--temperature", type=float, default=0.6, help="> 0; lower is more predictable (default 0.6)")
+    parser.add_argument("--seed", type=int, default=None, help="an integer >= 0 to write the same poem again")
+    args = parser.parse_args(sys.argv[2:] if argv is None else argv)
+    try:
+        print(write_poem(args.first_line, args.temperature, args.seed))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # the shipped model's files are missing or unreadable
+        print(f"error: cannot load the language model: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print("exit status:", poem_command(["白日依山尽，黄河入海流。", "--seed", "1"]))
+
+# %%
+with contextlib.redirect_stderr(sys.stdout):
+    status = poem_command(["白日依山尽，黄河入海流。", "--temperature", "0"])
+print("exit status:", status)
 
 # %% [markdown]
 # `train` hands a config to chapter 12's `train_from_config`. A bad config is one line on
@@ -627,7 +744,7 @@ shutil.rmtree(bad_config.parent)
 
 # %%
 #| export commands
-COMMANDS = {"translate": translate_command, "train": train_command}
+COMMANDS = {"translate": translate_command, "poem": poem_command, "train": train_command}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -702,6 +819,7 @@ from transformer.masks import causal_mask, combine_masks, padding_mask
 from transformer.generation import GenerationConfig, generate
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
+from transformer.poet import write_poem
 # Training
 from transformer.losses import label_smoothed_cross_entropy
 from transformer.schedule import make_optimizer
@@ -720,7 +838,7 @@ __all__ = [
     "TokenEmbedding", "PositionalEncoding", "MultiHeadAttention", "FeedForward", "EncoderBlock",
     "DecoderBlock", "Encoder", "Decoder", "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention",
     "causal_mask", "padding_mask", "combine_masks",
-    "generate", "GenerationConfig", "KVCache", "translate", "load_translator",
+    "generate", "GenerationConfig", "KVCache", "translate", "load_translator", "write_poem",
     "label_smoothed_cross_entropy", "make_optimizer", "fit", "train_from_config", "speed_up",
     "save_checkpoint", "load_checkpoint",
     "Vocab", "CharVocab",
@@ -743,10 +861,10 @@ assert all(getattr(transformer, name) is globals()[name] for name in __all__), "
 #
 # Every layer of the package refuses a wrong argument with an error that names it and
 # says what was expected, and a saved model that cannot be trusted is not loaded. A user
-# translates text with one call or one command, and trains from a config with another.
-# The checks themselves still live in the chapters' modules, beside the idea each chapter
-# teaches; saving and loading, and one `generate` for every model, are built where they
-# are first needed, in chapters 08 and 10.
+# translates text or continues a poem with one call or one command, and trains from a
+# config with another. The checks themselves still live in the chapters' modules, beside
+# the idea each chapter teaches; saving and loading, and one `generate` for every model,
+# are built where they are first needed, in chapters 08 and 10.
 #
 # ## Summary
 #
@@ -757,8 +875,8 @@ assert all(getattr(transformer, name) is globals()[name] for name in __all__), "
 #   size equals the query length, `[B, Tq, Tk]` where it equals the number of heads) are
 #   refused.
 # - A damaged, mismatched or missing saved model is refused with the file and the reason.
-# - `translate(text)` and `load_translator(directory)` take text and give text; a word the
-#   model never saw is named, not guessed.
-# - `python -m transformer translate|train` (or `transformer translate|train` once
-#   installed) prints one line on standard error for a user's mistake, and exits with a
-#   status a shell can test: 0 done, 1 a checkpoint that cannot be loaded, 2 bad input.
+# - `translate(text)`, `load_translator(directory)` and `write_poem(first_line)` take text
+#   and give text; a word or character the model never saw is named, not guessed.
+# - `python -m transformer translate|poem|train` (or `transformer ...` once installed)
+#   prints one line on standard error for a user's mistake, and exits with a status a
+#   shell can test: 0 done, 1 a checkpoint that cannot be loaded, 2 bad input.

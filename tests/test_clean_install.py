@@ -126,4 +126,7 @@ def test_commands_in_a_clean_install(clean_env):
     # pip put the entry point of pyproject.toml's [project.scripts] beside the venv's python.
     command = python.parent / "transformer"
     assert run([str(command), "translate", "I love apples"], cwd=tmp, env=env) == "我 喜欢 苹果\n"
-    assert run([str(command), "-h"], cwd=tmp, env=env).startswith("usage: python -m transformer {translate,train}")
+    assert run([str(command), "-h"], cwd=tmp, env=env).startswith("usage: python -m transformer {translate,poem,train}")
+    # The shipped language model is in the wheel: the poet writes from it.
+    poem = run([str(command), "poem", "白日依山尽，黄河入海流。", "--seed", "0"], cwd=tmp, env=env)
+    assert poem.startswith("白日依山尽，黄河入海流。\n") and len(poem.splitlines()) >= 2, poem

@@ -191,8 +191,8 @@ def test_cli_reports_a_bad_config_in_one_line(tmp_path):
 def test_main_dispatches_and_refuses_an_unknown_command(capsys):
     from transformer.commands import COMMANDS, main
 
-    assert set(COMMANDS) == {"translate", "train"}
-    assert main(["fly"]) == 2 and "translate, train" in capsys.readouterr().err
+    assert set(COMMANDS) == {"translate", "poem", "train"}
+    assert main(["fly"]) == 2 and "translate, poem, train" in capsys.readouterr().err
     assert main([]) == 2
     assert main(["-h"]) == 0
 

@@ -4,7 +4,7 @@
     python -m tools.refinement_runs --steps 20 --seeds 0 --out /tmp/try.json   # a quick try
     python -m tools.refinement_runs --corpus my_poems.txt --out /tmp/mine.json  # another corpus
 
-A run is chapter 12's train command (`train_from_config`) with
+A run is chapter 12's `train_from_config` with
 transformer/configs/refinements.toml, the variant's model keys (`variants()`: chapter 13's
 refinements by the names ModernLanguageModel gives them) and the seed (train.seed: the
 initial weights and the batch order): seeds 0, 1 and 2 for the 2017 and the all-four

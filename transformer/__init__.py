@@ -4,7 +4,7 @@
 Every other public name is importable from its module, transformer.MODULE.
 """
 
-# %% chapters/15_package.ipynb, cell 40
+# %% chapters/15_package.ipynb, cell 48
 # Models and their configurations
 from transformer.pretrained import PretrainedModel
 from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
@@ -23,6 +23,7 @@ from transformer.masks import causal_mask, combine_masks, padding_mask
 from transformer.generation import GenerationConfig, generate
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
+from transformer.poet import write_poem
 # Training
 from transformer.losses import label_smoothed_cross_entropy
 from transformer.schedule import make_optimizer
@@ -41,7 +42,7 @@ __all__ = [
     "TokenEmbedding", "PositionalEncoding", "MultiHeadAttention", "FeedForward", "EncoderBlock",
     "DecoderBlock", "Encoder", "Decoder", "RotaryEmbedding", "RMSNorm", "SwiGLU", "GroupedQueryAttention",
     "causal_mask", "padding_mask", "combine_masks",
-    "generate", "GenerationConfig", "KVCache", "translate", "load_translator",
+    "generate", "GenerationConfig", "KVCache", "translate", "load_translator", "write_poem",
     "label_smoothed_cross_entropy", "make_optimizer", "fit", "train_from_config", "speed_up",
     "save_checkpoint", "load_checkpoint",
     "Vocab", "CharVocab",
