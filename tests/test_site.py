@@ -232,11 +232,11 @@ def test_every_chapter_has_its_package_box_and_download_note(site):
     to their API pages, and how to run the downloaded notebook (installing the package)."""
     from tools.chapter_exports import chapter_exports, imports_from_package
 
+    documented = {e.module for c in CHAPTERS for e in chapter_exports(c)}  # the modules with an API page
     for chapter in CHAPTERS:
         page = (site / "chapters" / f"{chapter.name}.html").read_text(encoding="utf-8")
         box = re.search(r'<div class="[^"]*\bpackage-note\b[^"]*">(.*?)</div>', page, re.S)
         assert box, f"{chapter.name}: no 'In the package' box"
-        documented = {e.module for c in CHAPTERS for e in chapter_exports(c)}  # a module with an API page
         modules = [e.module for e in chapter_exports(chapter)] + [
             m for m in imports_from_package(chapter) if m in documented]
         assert modules, f"{chapter.name}: writes nothing and uses nothing from the package?"
