@@ -185,9 +185,11 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 # values (their minimum and maximum); a compiler that turns the model into one graph
 # (`torch.compile`, chapter 08) cannot branch on values it will only see at run time, so
 # that one check runs in eager mode only, and compiled code relies on the indexing
-# kernel's own bounds check. A loop that feeds the model only ids it has checked already
-# (chapter 10's decoding) skips it for its duration, with `_id_range_checked()`: on a GPU
-# every read of a value waits for the device. The small `_check_*` helpers, in a module of
+# kernel's own bounds check. A caller that has read the ids already skips the read for
+# the duration of a `with _id_range_checked():` block: chapter 08's model, which checks
+# `src` and `tgt` under those names before it embeds them, and chapter 10's decoding loop,
+# which feeds the model only ids it chose. On a GPU every read of a value waits for the
+# device, so each id is read once. The small `_check_*` helpers, in a module of
 # their own (`transformer.validation`), are reused by every later
 # chapter, so that each rule (a size is a positive integer and not `True`, a probability
 # is not NaN, ...) is written once.
@@ -268,6 +270,9 @@ def _id_range_checked() -> Iterator[None]:
     ids it chose among the vocabulary's; a read per generated token would make the host wait
     for the device at every step. A context variable, so other threads still check.
     """
+    if torch.compiler.is_compiling():  # nothing to skip there, and a compiler cannot trace set()
+        yield
+        return
     token = _ID_RANGE_CHECKED.set(True)
     try:
         yield

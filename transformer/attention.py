@@ -40,7 +40,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor |
 
     Defined in chapter 03 (`chapters/03_attention.ipynb`).
     """
-    _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
+    mask = _check_attention_args(q, k, v, mask, dropout_p, scale)  # the next cell
     weights = scaled_dot_product_weights(q, k, mask, scale)  # [..., q_len, k_len]
     if dropout_p > 0.0:  # in training: zero some weights, scale the others (chapter 02)
         weights = F.dropout(weights, dropout_p)
@@ -51,19 +51,20 @@ def scaled_dot_product_weights(q: Tensor, k: Tensor, mask: Tensor | None = None,
                                scale: float | None = None) -> Tensor:
     """softmax(q k^T * scale) with the hidden keys at 0: how much each query reads each key.
 
+    It checks nothing: its callers (scaled_dot_product_attention, chapter 05's
+    MultiHeadAttention) check their inputs once, where they come in.
+
     Args:
-        q, k, mask, scale: as in scaled_dot_product_attention.
+        q, k, scale: as in scaled_dot_product_attention.
+        mask: optional bool, broadcastable to [..., q_len, k_len] with no more axes than
+            the scores.
 
     Returns:
         weights [..., q_len, k_len]; each row sums to 1, or is all zero where the mask
         hides every key.
 
-    Raises:
-        TypeError, ValueError: as scaled_dot_product_attention.
-
     Defined in chapter 03 (`chapters/03_attention.ipynb`).
     """
-    mask = _check_attention_args(q, k, None, mask, 0.0, scale)
     if scale is None:
         scale = 1.0 / math.sqrt(q.size(-1))
     scores = q @ k.transpose(-2, -1) * scale  # [..., q_len, k_len]
@@ -75,11 +76,11 @@ def scaled_dot_product_weights(q: Tensor, k: Tensor, mask: Tensor | None = None,
     return weights
 
 # %% chapters/03_attention.ipynb, cell 16
-def _check_attention_args(q: Tensor, k: Tensor, v: Tensor | None, mask: Tensor | None,
+def _check_attention_args(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                           dropout_p: float, scale: float | None) -> Tensor | None:
-    """Raise a clear error unless the arguments fit (v None: for the weights alone); return
-    the mask (None, or checked)."""
-    _check_qkv(q, k, k if v is None else v)
+    """Raise a clear error unless the arguments fit; return the mask (None, or checked, with
+    any extra leading size-1 axes dropped)."""
+    _check_qkv(q, k, v)
     _check_float("dropout_p", dropout_p, 0.0, 1.0)
     if scale is not None:
         _check_float("scale", scale, 0.0, low_closed=False)

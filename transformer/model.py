@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from transformer.attention import _check_mask
 from transformer.blocks import Decoder, Encoder
 from transformer.embedding import TokenEmbedding
-from transformer.validation import _check_bool, _check_id_range, _check_int, _check_token_ids
+from transformer.validation import _check_bool, _check_id_range, _check_int, _check_token_ids, _id_range_checked
 from transformer.masks import causal_mask, padding_mask
 from transformer.multihead import _check_mask_axes
 from transformer.positional import PositionalEncoding
@@ -206,7 +206,9 @@ class Transformer(PretrainedModel):
         self._check_mask(src_mask, "src_mask", (src.size(0), 1, src.size(1), src.size(1)))
         if src_mask is None:  # the padding is where pad_id is
             src_mask = self.make_src_mask(src)  # [B, 1, 1, S]
-        return self.encoder(self.positional(self.src_embed(src)), src_mask)  # [B, S, d_model]
+        with _id_range_checked():  # read once above, under its name; the embedding reads no more
+            x = self.positional(self.src_embed(src))  # [B, S, d_model]
+        return self.encoder(x, src_mask)  # [B, S, d_model]
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, caches: list[dict] | None = None,
@@ -255,7 +257,8 @@ class Transformer(PretrainedModel):
             elif t > 1:  # queries start..start+T-1 against keys 0..start+T-1
                 tgt_mask = torch.ones(1, 1, t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
             # else one new query, which sees every key, cached or new: no mask to build or apply
-        x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
+        with _id_range_checked():  # as in encode
+            x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
         x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, tgt_vocab_size]
 
@@ -283,8 +286,9 @@ class Transformer(PretrainedModel):
                 f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
                 f"and tgt {tuple(tgt.shape)}"
             )
-        # encode builds the same padding mask; without it, it may skip the padding (chapter 07)
-        return self.decode(tgt, self.encode(src), self.make_src_mask(src))  # [B, 1, 1, S] mask
+        with _id_range_checked():  # read above: encode and decode check the shapes, not the values
+            # encode builds the same padding mask; without it, it may skip the padding (chapter 07)
+            return self.decode(tgt, self.encode(src), self.make_src_mask(src))  # [B, 1, 1, S] mask
 
 # %% chapters/08_model.ipynb, cell 12
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

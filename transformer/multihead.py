@@ -56,7 +56,7 @@ from typing import Protocol
 
 from torch import nn
 
-from transformer.attention import scaled_dot_product_weights
+from transformer.attention import _check_mask, scaled_dot_product_weights
 from transformer.validation import _check_bool, _check_float, _check_int
 from transformer.masks import causal_mask
 
@@ -207,6 +207,8 @@ class MultiHeadAttention(nn.Module):
             q, k = self.place(q, k, 0)
         else:  # chapter 10: the new positions' queries, every position's keys and values
             q, k, v = cache.project(self, query, key, value)
+        if mask is not None:  # checked here, once: the attention weights below check nothing
+            mask = _check_mask(mask, (*q.shape[:-1], k.size(-2)))  # [B, h, Tq, Tk] scores
         out, weights = self.attend(q, k, v, mask, need_weights, is_causal)
         return self.out_proj(self.merge_heads(out)), weights  # [B, Tq, d_model], [B, h, Tq, Tk] or None
 
