@@ -1222,19 +1222,20 @@ assert run["seconds"][0] < 300, f"training took {run['seconds'][0]:.0f} s; the c
 # configuration as JSON next to the weights (safetensors, no pickle), and
 # `LanguageModel.from_pretrained` rebuilds the same model, tied weights tied. A language
 # model is of no use without its vocabulary, so `save_language_model` writes that too, as
-# JSON: `config.json`, `model.safetensors`, `vocab.json`. It may store the weights in half
+# JSON, with the helpers that write the translator's vocabularies in chapter 09:
+# `config.json`, `model.safetensors`, `vocab.json`. It may store the weights in half
 # precision (`dtype=torch.float16`: half the file); `load_language_model` turns them back
 # into float32.
 
 # %%
 #| export
 import copy
-import json
 from pathlib import Path
 from typing import NamedTuple
 
 import transformer as _package
-from transformer.pretrained import read_pretrained_config
+from transformer.pretrained import _as_directory
+from transformer.saving import _read_metrics, _read_vocab, _write_vocab  # chapter 09's files
 from transformer.text import CharVocab
 
 LM_CHECKPOINT = Path(_package.__file__).resolve().parent / "checkpoints" / "tang_poems"  # make checkpoint MODEL=lm
@@ -1279,7 +1280,7 @@ def save_language_model(directory: str | Path, model: "LanguageModel", vocab: Ch
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     stored = model if next(model.parameters()).dtype == dtype else copy.deepcopy(model).to(dtype)
     directory = stored.save_pretrained(directory, metadata={"metrics": metrics or {}})
-    (directory / VOCAB_FILE).write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_vocab(directory / VOCAB_FILE, vocab)
     return directory
 
 
@@ -1301,19 +1302,10 @@ def load_language_model(directory: str | Path = LM_CHECKPOINT, map_location: str
         ValueError: a file is malformed, or the vocabulary's size is not the model's (the
             message names the file).
     """
-    directory = Path(directory)
+    directory = _as_directory(directory)
     model = model_class.from_pretrained(directory, map_location=map_location).float().eval()
-    metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
-    path = directory / VOCAB_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing (a language model's checkpoint has its vocabulary there)")
-    try:
-        vocab = CharVocab.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{path}: not a vocabulary written by save_language_model ({err})") from None
-    if len(vocab) != model.vocab_size:
-        raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {model.vocab_size}")
-    return LanguageModelCheckpoint(model, vocab, metrics)
+    vocab = _read_vocab(directory / VOCAB_FILE, model.vocab_size, CharVocab.from_dict)
+    return LanguageModelCheckpoint(model, vocab, _read_metrics(directory))
 
 
 # %%

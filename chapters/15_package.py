@@ -223,6 +223,45 @@ refused({
 })
 
 # %% [markdown]
+# The model checks its token ids where they enter it, under the names the caller wrote,
+# and that check is the only one that reads their values: the smallest and the largest id
+# have to come back from the device to the host, and on a GPU each such read waits for
+# all the work queued before it. Inside the model, the embeddings skip their own read
+# (`_id_range_checked`, chapter 01), and chapter 03's attention weights check nothing
+# that the layer calling them has checked. PyTorch's dispatch hook (`TorchDispatchMode`,
+# which sees every operator a call runs) counts the reads of one forward pass, for
+# models of one layer and of six on each side:
+
+# %%
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class HostReads(TorchDispatchMode):
+    """Counts the operators that copy a value from the device to the host."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func._schema.name.split("::")[-1] in ("_local_scalar_dense", "nonzero")
+        return func(*args, **(kwargs or {}))
+
+
+host_reads = {}
+for layers in (1, 6):
+    deep = Transformer(50, 50, d_model=32, num_heads=4, num_encoder_layers=layers,
+                       num_decoder_layers=layers, d_ff=64, max_len=20).eval()
+    with torch.no_grad(), HostReads() as counter:
+        deep(src, tgt)
+    host_reads[layers] = counter.count
+    print(f"{layers} layer(s) on each side: {counter.count} host reads in a forward pass")
+assert host_reads[1] == host_reads[6] == 4, host_reads
+
+# %% [markdown]
+# Four at either depth: the minimum and the maximum of `src` and of `tgt`, read once
+# where the model checks them.
+#
 # **The vocabulary** (chapter 09): a sentence with nothing in it, one too long for the
 # model, and one that writes a special token as text.
 

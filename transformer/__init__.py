@@ -4,7 +4,7 @@
 Every other public name is importable from its module, transformer.MODULE.
 """
 
-# %% chapters/15_package.ipynb, cell 48
+# %% chapters/15_package.ipynb, cell 50
 # Models and their configurations
 from transformer.pretrained import PretrainedModel
 from transformer.model import PAPER_CONFIGS, Transformer, count_parameters

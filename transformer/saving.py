@@ -4,7 +4,8 @@
 # %% chapters/09_training.ipynb, cell 47
 import json
 from pathlib import Path
-from typing import NamedTuple
+from collections.abc import Callable, Sized
+from typing import NamedTuple, Protocol, TypeVar
 
 import transformer as _package
 from transformer.data import Vocab
@@ -71,20 +72,43 @@ def save_checkpoint(directory: str | Path, model: Transformer, src_vocab: Vocab 
         if vocab is None:
             (directory / file).unlink(missing_ok=True)  # no stale vocabulary of an earlier model
         else:
-            (directory / file).write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n",
-                                          encoding="utf-8")
+            _write_vocab(directory / file, vocab)
     return directory
 
 
-def _read_vocab(path: Path, size: int) -> Vocab:
-    """The Vocab in path; a ValueError naming the file if it is malformed or of the wrong size."""
+# The vocabulary and metrics files, shared with chapter 11's language model (a CharVocab).
+VocabT = TypeVar("VocabT", bound=Sized)
+
+
+class _Vocabulary(Protocol):
+    def to_dict(self) -> dict: ...
+
+
+def _write_vocab(path: Path, vocab: _Vocabulary) -> None:
+    """Write vocab (anything with to_dict()) to path as UTF-8 JSON."""
+    path.write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _read_vocab(path: Path, size: int, from_dict: Callable[[dict], VocabT]) -> VocabT:
+    """The vocabulary in path, built by from_dict (Vocab.from_dict, or CharVocab's); an error
+    naming the file if it is missing, malformed or not of the model's size."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (a checkpoint keeps the model's vocabulary there)")
     try:
-        vocab = Vocab.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        vocab = from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (UnicodeDecodeError, ValueError) as err:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{path}: not a vocabulary written by save_checkpoint ({err})") from None
+        raise ValueError(f"{path}: not a vocabulary file ({err})") from None
     if len(vocab) != size:
         raise ValueError(f"{path}: holds {len(vocab)} tokens, but the model's vocabulary has {size}")
     return vocab
+
+
+def _read_metrics(directory: Path) -> dict:
+    """The metrics in the config's metadata ({} if none); a ValueError naming the file if not a dict."""
+    metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{directory / 'config.json'}: metadata 'metrics' must be a JSON object, got {metrics!r}")
+    return metrics
 
 
 def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location: str = "cpu") -> Checkpoint:
@@ -110,9 +134,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
     """
     directory = _as_directory(directory)
     model = Transformer.from_pretrained(directory, map_location=map_location)
-    metrics = read_pretrained_config(directory)["metadata"].get("metrics", {})
-    if not isinstance(metrics, dict):
-        raise ValueError(f"{directory / 'config.json'}: metadata 'metrics' must be a JSON object, got {metrics!r}")
+    metrics = _read_metrics(directory)
     present = [(directory / file).is_file() for file in (SRC_VOCAB_FILE, TGT_VOCAB_FILE)]
     if any(present) and not all(present):
         missing = TGT_VOCAB_FILE if present[0] else SRC_VOCAB_FILE
@@ -121,7 +143,7 @@ def load_checkpoint(directory: str | Path = TRANSLATOR_CHECKPOINT, map_location:
     if not all(present):
         return Checkpoint(model, None, None, metrics)
     config = model.config
-    return Checkpoint(model, _read_vocab(directory / SRC_VOCAB_FILE, config["src_vocab_size"]),
-                      _read_vocab(directory / TGT_VOCAB_FILE, config["tgt_vocab_size"]), metrics)
+    return Checkpoint(model, _read_vocab(directory / SRC_VOCAB_FILE, config["src_vocab_size"], Vocab.from_dict),
+                      _read_vocab(directory / TGT_VOCAB_FILE, config["tgt_vocab_size"], Vocab.from_dict), metrics)
 
 __all__ = ["TRANSLATOR_CHECKPOINT", "Checkpoint", "save_checkpoint", "load_checkpoint"]
