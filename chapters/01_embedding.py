@@ -185,14 +185,15 @@ print("row", stoi["love"], "of W_e:   ", [round(v, 4) for v in table.weight[stoi
 # values (their minimum and maximum); a compiler that turns the model into one graph
 # (`torch.compile`, chapter 08) cannot branch on values it will only see at run time, so
 # that one check runs in eager mode only, and compiled code relies on the indexing
-# kernel's own bounds check. A caller that has read the ids already skips the read for
-# the duration of a `with _id_range_checked():` block: chapter 08's model, which checks
-# `src` and `tgt` under those names before it embeds them, and chapter 10's decoding loop,
-# which feeds the model only ids it chose. On a GPU every read of a value waits for the
-# device, so each id is read once. The small `_check_*` helpers, in a module of
-# their own (`transformer.validation`), are reused by every later
-# chapter, so that each rule (a size is a positive integer and not `True`, a probability
-# is not NaN, ...) is written once.
+# kernel's own bounds check. The small `_check_*` helpers, in a module of their own
+# (`transformer.validation`), are reused by every later chapter, so that each rule (a
+# size is a positive integer and not `True`, a probability is not NaN, ...) is written
+# once. Each tensor is checked once, too, where it enters: a caller that has checked its
+# tensors runs the layers inside a `with _inputs_checked():` block, where the layers'
+# own tensor checks pass at once. Chapter 08's model checks `src` and `tgt` under those
+# names and then runs its embeddings and attention layers that way; chapter 10's decoding
+# loop does the same with the ids it chose. On a GPU every read of a value waits for the
+# device, so each id is read once.
 
 # %%
 #| export validation
@@ -238,6 +239,8 @@ def _check_bool(name: str, value: object) -> bool:
 
 def _check_token_ids(name: str, ids: object) -> Tensor:
     """ids if it is an integer tensor, else a TypeError naming the argument."""
+    if _caller_checked():
+        return cast(Tensor, ids)
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
@@ -251,7 +254,7 @@ def _check_id_range(name: str, ids: Tensor, vocab_size: int) -> None:
     It reads the ids' values, which a compiler cannot know in advance, so it runs in
     eager mode only (under torch.compile and torch.export the indexing kernel checks).
     """
-    if torch.compiler.is_compiling() or ids.numel() == 0 or _ID_RANGE_CHECKED.get():
+    if torch.compiler.is_compiling() or _caller_checked() or ids.numel() == 0:
         return
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab_size:
@@ -259,25 +262,33 @@ def _check_id_range(name: str, ids: Tensor, vocab_size: int) -> None:
                          f"got values in [{low}, {high}]")
 
 
-_ID_RANGE_CHECKED = ContextVar("id_range_checked", default=False)
+_INPUTS_CHECKED = ContextVar("inputs_checked", default=False)
 
 
 @contextmanager
-def _id_range_checked() -> Iterator[None]:
-    """A block whose ids are all known to lie in range, so that _check_id_range reads nothing.
+def _inputs_checked() -> Iterator[None]:
+    """A block that runs layers on tensors its caller has checked: their own checks pass.
 
-    For a decoding loop (chapter 10): it checks the prompt once, then feeds the model only
-    ids it chose among the vocabulary's; a read per generated token would make the host wait
-    for the device at every step. A context variable, so other threads still check.
+    For a model (chapter 08), which checks its inputs where they enter it, and for a
+    decoding loop (chapter 10), which checks the prompt once and then feeds the model only
+    ids it chose: the ids are not read again (a read per layer or per generated token would
+    make the host wait for the device each time), nor are shapes compared again in every
+    layer. The checks of settings (_check_int, _check_float, _check_bool) still run. A
+    context variable, so other threads still check.
     """
-    if torch.compiler.is_compiling():  # nothing to skip there, and a compiler cannot trace set()
+    if torch.compiler.is_compiling():  # the checks cost nothing there, and set() cannot be traced
         yield
         return
-    token = _ID_RANGE_CHECKED.set(True)
+    token = _INPUTS_CHECKED.set(True)
     try:
         yield
     finally:
-        _ID_RANGE_CHECKED.reset(token)
+        _INPUTS_CHECKED.reset(token)
+
+
+def _caller_checked() -> bool:
+    """True inside `_inputs_checked()` (in eager mode): a tensor check may pass at once."""
+    return not torch.compiler.is_compiling() and _INPUTS_CHECKED.get()
 
 
 # %%

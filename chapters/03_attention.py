@@ -165,7 +165,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.validation import _check_bool, _check_float, _check_int
+from transformer.validation import _caller_checked, _check_bool, _check_float, _check_int
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
@@ -238,7 +238,10 @@ def scaled_dot_product_weights(q: Tensor, k: Tensor, mask: Tensor | None = None,
 def _check_attention_args(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
                           dropout_p: float, scale: float | None) -> Tensor | None:
     """Raise a clear error unless the arguments fit; return the mask (None, or checked, with
-    any extra leading size-1 axes dropped)."""
+    any extra leading size-1 axes dropped). Inside `_inputs_checked()` (chapter 01), whose
+    caller has checked them, it returns the mask as it is."""
+    if _caller_checked():
+        return mask
     _check_qkv(q, k, v)
     _check_float("dropout_p", dropout_p, 0.0, 1.0)
     if scale is not None:
@@ -276,8 +279,11 @@ def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], name: str = "mask")
 
     Leading size-1 axes beyond the scores' rank are dropped, so that a mask built for
     [batch, heads, q_len, k_len] (such as causal_mask's [1, 1, T, T]) also serves
-    scores without a heads axis. name: the argument as the caller knows it.
+    scores without a heads axis. name: the argument as the caller knows it. Inside
+    `_inputs_checked()` the mask is returned as it is.
     """
+    if _caller_checked():
+        return mask
     if not isinstance(mask, Tensor):
         raise TypeError(f"{name} must be None or a bool torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:

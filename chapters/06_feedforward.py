@@ -137,7 +137,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.validation import _check_float, _check_int
+from transformer.validation import _caller_checked, _check_float, _check_int
 
 ACTIVATIONS = ("relu", "gelu")
 
@@ -186,14 +186,21 @@ class FeedForward(nn.Module):
         Raises:
             ValueError: x's last axis is not d_model.
         """
-        if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape [..., d_model={self.d_model}], got {got}")
+        _check_width(x, self.d_model)
         hidden = self.activation(self.linear1(x))  # [batch, seq, d_ff]
         return self.linear2(self.dropout(hidden))  # [batch, seq, d_model]
 
     def extra_repr(self) -> str:
         return f"activation={self.activation_name}"
+
+
+def _check_width(x: Tensor, d_model: int) -> None:
+    """A ValueError unless x is a tensor [..., d_model]; none inside `_inputs_checked()`."""
+    if _caller_checked():
+        return
+    if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != d_model:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape [..., d_model={d_model}], got {got}")
 
 
 # %% [markdown]

@@ -199,7 +199,7 @@ from transformer.validation import (
     _check_id_range,
     _check_int,
     _check_token_ids,
-    _id_range_checked,
+    _inputs_checked,
 )
 from transformer.model import Transformer
 
@@ -635,7 +635,7 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     """
     _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
     try:
-        with torch.no_grad(), _id_range_checked():
+        with torch.no_grad(), _inputs_checked():
             return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
                          stopping_criteria)
     finally:
@@ -1161,7 +1161,7 @@ from transformer.decoding import (
     _vocab_size,
     eval_mode,
 )
-from transformer.validation import _check_id_range, _id_range_checked
+from transformer.validation import _check_id_range, _inputs_checked
 from transformer.kv_cache import IncrementalDecoder
 from transformer.model import Transformer
 
@@ -1338,7 +1338,7 @@ def _beam_loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor
     max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
     _check_id_range("input_ids", forced_ids, block.numel())  # the prefixes, once: every later id is a choice
     prefix_end = int(lengths.max())  # positions before it are some source's prefix
-    with _id_range_checked():
+    with _inputs_checked():
         for t in range(int(lengths.min()), tokens.size(1)):
             logits = step(tokens[:, :t]).float().view(batch, rows, -1)  # [B, R, V]
             vocab = logits.size(-1)

@@ -983,6 +983,7 @@ from transformer.model import _check_special_ids
 from transformer.pretrained import PretrainedModel
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import PositionalEncoding
+from transformer.validation import _caller_checked, _check_id_range, _check_token_ids, _inputs_checked
 
 def _named(option: str, table: dict, name: str):
     """table[name], or a ValueError that names the option and the names it knows."""
@@ -1097,7 +1098,9 @@ class LanguageModel(PretrainedModel):
             Logits [B, T, V] (never softmax): row t scores the token after ids[:, t].
 
         Raises:
+            TypeError: ids is not an integer tensor.
             ValueError: ids is not [B, T] with 0 < T, or the positions exceed max_len.
+            IndexError: an id lies outside the vocabulary (eager mode).
         """
         return self.generator(self.hidden_states(ids, caches, start))  # [B, T, V]
 
@@ -1106,13 +1109,7 @@ class LanguageModel(PretrainedModel):
 
         Arguments and errors as forward's.
         """
-        _check_int("start", start, 0)
-        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.size(1) == 0:
-            got = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"ids must be token ids of shape [batch, seq] with seq > 0, got {got}")
-        if start + ids.size(1) > self.max_len:
-            raise ValueError(f"ids is too long: positions {start}..{start + ids.size(1) - 1} exceed "
-                             f"max_len={self.max_len}; build the LanguageModel with a larger max_len")
+        self._check_ids(ids, start)
         t = ids.size(1)
         # Query i (at position start + i) may see keys 0 .. start + i: cached and new. From
         # position 0 that is chapter 04's causal mask, passed as the is_causal flag (which lets
@@ -1120,12 +1117,27 @@ class LanguageModel(PretrainedModel):
         # sees every key.
         mask = None if start == 0 or t == 1 else (
             torch.ones(1, 1, t, start + t, dtype=torch.bool, device=ids.device).tril(start))
-        x = self.embed(ids)  # [B, T, d_model]
-        if self.positional is not None:
-            x = self.positional(x, start)  # [B, T, d_model]
-        elif self.embed_dropout is not None:  # rotary: positions are turned inside attention
-            x = self.embed_dropout(x)
-        return self.decoder(x, None, mask, None, caches, tgt_is_causal=start == 0)  # [B, T, d_model]
+        with _inputs_checked():  # checked above, once: the layers need not check again (chapter 08)
+            x = self.embed(ids)  # [B, T, d_model]
+            if self.positional is not None:
+                x = self.positional(x, start)  # [B, T, d_model]
+            elif self.embed_dropout is not None:  # rotary: positions are turned inside attention
+                x = self.embed_dropout(x)
+            return self.decoder(x, None, mask, None, caches, tgt_is_causal=start == 0)  # [B, T, d_model]
+
+    def _check_ids(self, ids: Tensor, start: int) -> None:
+        """ids must be integer token ids [batch, seq], 0 < seq, start + seq <= max_len, in the
+        vocabulary (inside `_inputs_checked()`, whose caller has checked them, nothing is)."""
+        if _caller_checked():
+            return
+        _check_int("start", start, 0)
+        _check_token_ids("ids", ids)
+        if ids.dim() != 2 or ids.size(1) == 0:
+            raise ValueError(f"ids must be token ids of shape [batch, seq] with seq > 0, got {tuple(ids.shape)}")
+        if start + ids.size(1) > self.max_len:
+            raise ValueError(f"ids is too long: positions {start}..{start + ids.size(1) - 1} exceed "
+                             f"max_len={self.max_len}; build the LanguageModel with a larger max_len")
+        _check_id_range("ids", ids, self.vocab_size)  # eager mode only
 
 
 

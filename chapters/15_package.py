@@ -226,9 +226,9 @@ refused({
 # The model checks its token ids where they enter it, under the names the caller wrote,
 # and that check is the only one that reads their values: the smallest and the largest id
 # have to come back from the device to the host, and on a GPU each such read waits for
-# all the work queued before it. Inside the model, the embeddings skip their own read
-# (`_id_range_checked`, chapter 01), and chapter 03's attention weights check nothing
-# that the layer calling them has checked. PyTorch's dispatch hook (`TorchDispatchMode`,
+# all the work queued before it. Inside the model, the layers skip their own checks of
+# tensors (`_inputs_checked`, chapter 01): the embeddings do not read the ids again, and
+# no layer compares the shapes again. PyTorch's dispatch hook (`TorchDispatchMode`,
 # which sees every operator a call runs) counts the reads of one forward pass, for
 # models of one layer and of six on each side:
 

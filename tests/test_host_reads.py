@@ -95,3 +95,50 @@ def test_decoding_reads_one_value_per_generated_token(kind, strategy):
     per_token = {layers: (counts[layers, 18] - counts[layers, 6]) / 12 for layers in (1, 3)}
     assert per_token[1] == per_token[3] <= 1, f"host reads per generated token: {per_token} ({counts})"
     assert counts[1, 6] == counts[3, 6], f"reads grew with depth: {counts}"
+
+
+# --- the layers' own checks: not again inside a model that has checked its inputs ---------
+
+class CountingChecks:
+    """Stands in for validation's context variable: counts the tensor checks that run (each
+    asks it whether its caller has checked, and runs when told no)."""
+
+    def __init__(self, real):
+        self.real, self.ran = real, 0
+
+    def get(self):
+        checked = self.real.get()
+        self.ran += not checked
+        return checked
+
+    def set(self, value):
+        return self.real.set(value)
+
+    def reset(self, token):
+        self.real.reset(token)
+
+
+def checks_run(monkeypatch, fn) -> int:
+    import transformer.validation as validation
+    counter = CountingChecks(validation._INPUTS_CHECKED)
+    monkeypatch.setattr(validation, "_INPUTS_CHECKED", counter)
+    with torch.no_grad():
+        fn()
+    return counter.ran
+
+
+def test_the_layers_do_not_check_again_inside_a_model(monkeypatch):
+    shallow, deep = translator(1), translator(4)
+    tgt = torch.randint(4, 50, (3, 6))
+    runs = [checks_run(monkeypatch, lambda m=m: m(SRC, tgt)) for m in (shallow, deep)]
+    assert runs[0] == runs[1] > 0, f"tensor checks run at depth 1 and 4: {runs}"
+    runs = [checks_run(monkeypatch, lambda m=m: m(PROMPTS)) for m in (language_model(1), language_model(4))]
+    assert runs[0] == runs[1] > 0, f"tensor checks run at depth 1 and 4: {runs}"
+    # a layer called alone still checks its input
+    assert checks_run(monkeypatch, lambda: deep.encoder.layers[0](torch.randn(3, 7, 16))) > 0
+
+
+def test_generation_checks_the_prompt_not_each_token(monkeypatch):
+    model = never_ends(language_model(2))
+    runs = [checks_run(monkeypatch, lambda n=n: model.generate(PROMPTS, max_new_tokens=n)) for n in (4, 12)]
+    assert runs[0] == runs[1], f"tensor checks run for 4 and for 12 new tokens: {runs}"

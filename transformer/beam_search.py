@@ -18,7 +18,7 @@ from transformer.decoding import (
     _vocab_size,
     eval_mode,
 )
-from transformer.validation import _check_id_range, _id_range_checked
+from transformer.validation import _check_id_range, _inputs_checked
 from transformer.kv_cache import IncrementalDecoder
 from transformer.model import Transformer
 
@@ -188,7 +188,7 @@ def _beam_loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor
     max_lp = length_penalty(torch.tensor(max_new_tokens), alpha)
     _check_id_range("input_ids", forced_ids, block.numel())  # the prefixes, once: every later id is a choice
     prefix_end = int(lengths.max())  # positions before it are some source's prefix
-    with _id_range_checked():
+    with _inputs_checked():
         for t in range(int(lengths.min()), tokens.size(1)):
             logits = step(tokens[:, :t]).float().view(batch, rows, -1)  # [B, R, V]
             vocab = logits.size(-1)

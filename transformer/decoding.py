@@ -16,7 +16,7 @@ from transformer.validation import (
     _check_id_range,
     _check_int,
     _check_token_ids,
-    _id_range_checked,
+    _inputs_checked,
 )
 from transformer.model import Transformer
 
@@ -140,7 +140,7 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     """
     _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
     try:
-        with torch.no_grad(), _id_range_checked():
+        with torch.no_grad(), _inputs_checked():
             return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
                          stopping_criteria)
     finally:

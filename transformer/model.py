@@ -8,9 +8,10 @@ from torch import Tensor, nn
 from transformer.attention import _check_mask
 from transformer.blocks import Decoder, Encoder
 from transformer.embedding import TokenEmbedding
-from transformer.validation import _check_bool, _check_id_range, _check_int, _check_token_ids, _id_range_checked
+from transformer.validation import (_caller_checked, _check_bool, _check_id_range, _check_int, _check_token_ids,
+                                   _inputs_checked)
 from transformer.masks import causal_mask, padding_mask
-from transformer.multihead import _check_mask_axes
+from transformer.multihead import _check_mask_axes, _check_sequence
 from transformer.positional import PositionalEncoding
 from transformer.pretrained import PretrainedModel
 
@@ -143,7 +144,10 @@ class Transformer(PretrainedModel):
             self.tgt_embed.reset_parameters()
 
     def _check_ids(self, ids: Tensor, name: str, start: int = 0) -> None:
-        """Token ids must be a non-empty integer [batch, len], start + len <= max_len, in the vocabulary."""
+        """Token ids must be a non-empty integer [batch, len], start + len <= max_len, in the
+        vocabulary (inside `_inputs_checked()`, whose caller has checked them, nothing is)."""
+        if _caller_checked():
+            return
         _check_token_ids(name, ids)
         if ids.dim() != 2 or ids.size(0) == 0 or ids.size(1) == 0:
             raise ValueError(f"{name} must be token ids of shape [batch, {name}_len], both at least 1, "
@@ -156,6 +160,13 @@ class Transformer(PretrainedModel):
             )
         table = self.src_embed if name == "src" else self.tgt_embed
         _check_id_range(name, ids, table.vocab_size)  # eager mode only
+
+    def _check_memory(self, memory: Tensor, tgt: Tensor) -> None:
+        """memory must be the encoder's output for tgt's batch: [B, S, d_model] in the model's dtype."""
+        _check_sequence("memory", memory, self.d_model, self.generator.weight.dtype)
+        if not _caller_checked() and memory.size(0) != tgt.size(0):
+            raise ValueError(f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}: "
+                             "source and target batches must match")
 
     def _check_mask(self, mask: Tensor | None, name: str, shape: tuple) -> None:
         """A mask given by the caller: bool, broadcasting to shape [B, 1, q_len, k_len]."""
@@ -206,9 +217,8 @@ class Transformer(PretrainedModel):
         self._check_mask(src_mask, "src_mask", (src.size(0), 1, src.size(1), src.size(1)))
         if src_mask is None:  # the padding is where pad_id is
             src_mask = self.make_src_mask(src)  # [B, 1, 1, S]
-        with _id_range_checked():  # read once above, under its name; the embedding reads no more
-            x = self.positional(self.src_embed(src))  # [B, S, d_model]
-        return self.encoder(x, src_mask)  # [B, S, d_model]
+        with _inputs_checked():  # checked above, once: the layers need not check again
+            return self.encoder(self.positional(self.src_embed(src)), src_mask)  # [B, S, d_model]
 
     def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, caches: list[dict] | None = None,
@@ -240,14 +250,7 @@ class Transformer(PretrainedModel):
         """
         _check_int("start", start, 0)
         self._check_ids(tgt, "tgt", start)
-        if not isinstance(memory, Tensor) or memory.dim() != 3:
-            got = tuple(memory.shape) if isinstance(memory, Tensor) else type(memory).__name__
-            raise ValueError(f"memory must be the encoder output [batch, src_len, {self.d_model}], got {got}")
-        if memory.size(0) != tgt.size(0):
-            raise ValueError(
-                f"memory has batch size {memory.size(0)} but tgt has {tgt.size(0)}: "
-                "source and target batches must match"
-            )
+        self._check_memory(memory, tgt)
         b, t = tgt.shape
         self._check_mask(src_mask, "src_mask", (b, 1, t, memory.size(1)))
         self._check_mask(tgt_mask, "tgt_mask", (b, 1, t, start + t))
@@ -257,9 +260,9 @@ class Transformer(PretrainedModel):
             elif t > 1:  # queries start..start+T-1 against keys 0..start+T-1
                 tgt_mask = torch.ones(1, 1, t, start + t, dtype=torch.bool, device=tgt.device).tril(start)
             # else one new query, which sees every key, cached or new: no mask to build or apply
-        with _id_range_checked():  # as in encode
+        with _inputs_checked():  # as in encode
             x = self.positional(self.tgt_embed(tgt), start)  # [B, T, d_model]
-        x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
+            x = self.decoder(x, memory, tgt_mask, src_mask, caches)  # [B, T, d_model]
         return self.generator(x)  # [B, T, tgt_vocab_size]
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
@@ -286,7 +289,7 @@ class Transformer(PretrainedModel):
                 f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
                 f"and tgt {tuple(tgt.shape)}"
             )
-        with _id_range_checked():  # read above: encode and decode check the shapes, not the values
+        with _inputs_checked():  # checked above: encode and decode need not check again
             # encode builds the same padding mask; without it, it may skip the padding (chapter 07)
             return self.decode(tgt, self.encode(src), self.make_src_mask(src))  # [B, 1, 1, S] mask
 

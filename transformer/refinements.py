@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.validation import _check_float, _check_int
+from transformer.validation import _caller_checked, _check_float, _check_int
+from transformer.feedforward import _check_width
 from transformer.multihead import MultiHeadAttention
 from transformer.positional import sinusoidal_encoding
 
@@ -78,19 +79,26 @@ class RotaryEmbedding(nn.Module):
         Raises:
             ValueError: x's last axis is not d_head, or start+T exceeds max_len.
         """
-        if not isinstance(x, Tensor) or x.dim() < 2 or x.size(-1) != self.d_head:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape [..., T, d_head={self.d_head}], got {got}")
-        _check_int("start", start, 0)
+        self._check_input(x, start)
         t = x.size(-2)
-        if start + t > self.max_len:
-            raise ValueError(f"positions {start}..{start + t - 1} exceed max_len={self.max_len}; "
-                             "build RotaryEmbedding with a larger max_len")
         cos = self.cos[start:start + t].to(x.dtype)  # [T, d_head / 2], broadcast over the heads
         sin = self.sin[start:start + t].to(x.dtype)
         x_, y_ = x[..., 0::2], x[..., 1::2]  # each pair as a point (x, y), [..., T, d_head / 2]
         turned = torch.stack([x_ * cos - y_ * sin, x_ * sin + y_ * cos], dim=-1)  # R(m·w_i) (x, y)
         return turned.flatten(-2)  # [..., T, d_head]: the pairs side by side again
+
+    def _check_input(self, x: Tensor, start: int) -> None:
+        """A ValueError unless x is [..., T, d_head] and start + T <= max_len; none inside
+        `_inputs_checked()` (the model has checked its lengths)."""
+        if _caller_checked():
+            return
+        if not isinstance(x, Tensor) or x.dim() < 2 or x.size(-1) != self.d_head:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape [..., T, d_head={self.d_head}], got {got}")
+        _check_int("start", start, 0)
+        if start + x.size(-2) > self.max_len:
+            raise ValueError(f"positions {start}..{start + x.size(-2) - 1} exceed max_len={self.max_len}; "
+                             "build RotaryEmbedding with a larger max_len")
 
 # %% chapters/13_refinements.ipynb, cell 12
 class RMSNorm(nn.Module):
@@ -152,9 +160,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """x [..., d_model] -> [..., d_model], each position alone."""
-        if not isinstance(x, Tensor) or x.dim() < 1 or x.size(-1) != self.d_model:
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape [..., d_model={self.d_model}], got {got}")
+        _check_width(x, self.d_model)  # chapter 06's check
         hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)  # [..., d_ff]: each unit scaled by its gate
         return self.down_proj(self.dropout(hidden))  # [..., d_model]
 
