@@ -635,7 +635,7 @@ def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: T
     """
     _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
     try:
-        with torch.no_grad(), _inputs_checked():
+        with torch.no_grad():
             return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
                          stopping_criteria)
     finally:
@@ -658,7 +658,8 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
           ) -> Tensor:
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # [B]
     for t in range(int(lengths.min()), tokens.size(1)):
-        logits = step(tokens[:, :t])  # [B, V]
+        with _inputs_checked():  # ids checked above or chosen here; a streamer or stopping_criteria still checks
+            logits = step(tokens[:, :t])  # [B, V]
         forced = t < lengths  # [B]: rows still inside their prefix take its next id
         next_id = torch.where(forced, tokens[:, t], choose(logits + block))  # never <pad> or <bos>
         new = ~forced & ~done  # [B]: rows that generated a token at t

@@ -142,3 +142,14 @@ def test_generation_checks_the_prompt_not_each_token(monkeypatch):
     model = never_ends(language_model(2))
     runs = [checks_run(monkeypatch, lambda n=n: model.generate(PROMPTS, max_new_tokens=n)) for n in (4, 12)]
     assert runs[0] == runs[1], f"tensor checks run for 4 and for 12 new tokens: {runs}"
+
+
+def test_a_callback_during_generation_is_still_checked():
+    from transformer import padding_mask
+    model = language_model(1)
+
+    def stop_on_float_ids(ids, logits):  # a mistake inside the user's own function
+        return padding_mask(ids.float())[:, 0, 0, -1]
+
+    with pytest.raises(TypeError, match="ids must be an integer tensor"):
+        model.generate(PROMPTS, max_new_tokens=3, stopping_criteria=stop_on_float_ids)
