@@ -1590,8 +1590,8 @@ def train(model: torch.nn.Module, train_pairs: list[tuple[str, str]], valid_pair
 #| export saving
 import json
 from pathlib import Path
-from collections.abc import Callable, Sized
-from typing import NamedTuple, Protocol, TypeVar
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 import transformer as _package
 from transformer.data import Vocab
@@ -1659,15 +1659,11 @@ def save_checkpoint(directory: str | Path, model: Transformer, src_vocab: Vocab 
 
 
 # The vocabulary and metrics files, shared with chapter 11's language model (a CharVocab).
-VocabT = TypeVar("VocabT", bound=Sized)
+VocabT = TypeVar("VocabT", bound=Vocab)
 
 
-class _Vocabulary(Protocol):
-    def to_dict(self) -> dict: ...
-
-
-def _write_vocab(path: Path, vocab: _Vocabulary) -> None:
-    """Write vocab (anything with to_dict()) to path as UTF-8 JSON."""
+def _write_vocab(path: Path, vocab: Vocab) -> None:
+    """Write vocab (a Vocab, or chapter 11's CharVocab) to path as UTF-8 JSON."""
     path.write_text(json.dumps(vocab.to_dict(), ensure_ascii=False) + "\n", encoding="utf-8")
 
 
