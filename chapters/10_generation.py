@@ -615,32 +615,32 @@ assert torch.allclose(torch.cat(cross_one_by_one, 1), cross_at_once, atol=1e-6)
 #   column;
 # - the loop only asks `step(tokens)` for the next logits, so it serves any model that
 #   scores a prefix; a row still inside its prefix takes the prefix's next id instead of
-#   a choice (a translation's prefix is `<bos>`; chapter 11's prompts are longer).
+#   a choice (a translation's prefix is `<bos>`; chapter 11's prompts are longer);
+# - `on_step`, None here, is called after each step with what the step wrote, and may end
+#   rows: appendix 15 builds Hugging Face's streamers and stopping criteria on it.
 
 # %%
 #| export decoding
 from transformer.kv_cache import IncrementalDecoder
 
+# on_step(tokens so far [B, t + 1], logits [B, V], new [B]) -> rows to end [B] (or one bool), or None
+_OnStep = Callable[[Tensor, Tensor, Tensor], object]
+
 
 def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
                     choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
-                    max_new_tokens: int, streamer: object = None,
-                    stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                    max_new_tokens: int, on_step: _OnStep | None = None) -> Tensor:
     """The loop of greedy decoding and sampling, for any next-token scorer.
 
     tokens [B, L] holds each row's prefix (lengths[b] ids: `<bos>`, or a prompt) then
     padding, L = max(lengths) + max_new_tokens; step(tokens[:, :t]) returns the logits
     [B, V] of position t; choose maps logits [B, V] to ids [B]. A row ends at eos_id,
-    when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
+    after max_new_tokens ids, or when on_step(tokens so far [B, t + 1], logits [B, V],
+    new [B], True where the row wrote a new id) returns True for it (None: no row).
     """
     _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
-    try:
-        with torch.no_grad():
-            return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
-                         stopping_criteria)
-    finally:
-        if streamer is not None:
-            streamer.end()  # type: ignore[attr-defined]
+    with torch.no_grad():
+        return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, on_step)
 
 
 def _check_logits(logits: Tensor, t: int) -> Tensor:
@@ -654,22 +654,21 @@ def _check_logits(logits: Tensor, t: int) -> Tensor:
 
 def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
           choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
-          max_new_tokens: int, streamer: object, stopping_criteria: Callable[[Tensor, Tensor], object] | None
-          ) -> Tensor:
+          max_new_tokens: int, on_step: _OnStep | None) -> Tensor:
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # [B]
     for t in range(int(lengths.min()), tokens.size(1)):
-        with _inputs_checked():  # ids checked above or chosen here; a streamer or stopping_criteria still checks
+        with _inputs_checked():  # ids checked above or chosen here; on_step's code still checks its own
             logits = step(tokens[:, :t])  # [B, V]
         forced = t < lengths  # [B]: rows still inside their prefix take its next id
         next_id = torch.where(forced, tokens[:, t], choose(logits + block))  # never <pad> or <bos>
         new = ~forced & ~done  # [B]: rows that generated a token at t
         tokens[:, t] = next_id.masked_fill(done, pad_id)  # a finished row gets padding
-        if streamer is not None:
-            streamer.put(next_id.masked_fill(~new, pad_id))  # type: ignore[attr-defined]
         if eos_id is not None:
             done |= new & (next_id == eos_id)
-        if stopping_criteria is not None:
-            done |= new & torch.as_tensor(stopping_criteria(tokens[:, :t + 1], logits), device=done.device)
+        if on_step is not None:
+            stop = on_step(tokens[:, :t + 1], logits, new)
+            if stop is not None:
+                done |= new & torch.as_tensor(stop, device=done.device)
         done |= t + 1 - lengths >= max_new_tokens  # the row's budget is spent
         # The one read of a value per generated token (on a GPU the host waits for it): has every
         # row ended? NaN logits end the loop too, and _check_logits reports them.
@@ -681,8 +680,7 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
 
 def _decode_translation(model: Transformer, src: Tensor, choose: Callable[[Tensor], Tensor], bos_id: int,
                         eos_id: int | None, max_new_tokens: int | None, use_cache: bool,
-                        src_mask: Tensor | None, streamer: object = None,
-                        stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                        src_mask: Tensor | None, on_step: _OnStep | None = None) -> Tensor:
     """Greedy decoding or sampling for an encoder-decoder model: encode once, then the loop."""
     _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
@@ -697,13 +695,12 @@ def _decode_translation(model: Transformer, src: Tensor, choose: Callable[[Tenso
         tokens[:, 0] = bos_id
         lengths = torch.ones(batch, dtype=torch.long, device=src.device)  # the prefix: <bos>
         return _autoregressive(step, tokens, lengths, choose, block, eos_id, model.pad_id, max_new_tokens,
-                               streamer, stopping_criteria)
+                               on_step)
 
 
 def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None,
                   max_new_tokens: int | None = None, use_cache: bool = True,
-                  src_mask: Tensor | None = None, *, streamer: object = None,
-                  stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                  src_mask: Tensor | None = None) -> Tensor:
     """Translate a batch by taking the most likely token at every step.
 
     Never writes `<pad>` or `<bos>`. The model's train/eval modes are restored afterwards.
@@ -721,12 +718,6 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             work; default True).
         src_mask: bool [batch, 1, 1, src_len], True = may attend (default: the padding
             mask of src).
-        streamer: an object whose `put(ids)` receives each step's new ids [batch]
-            (model.pad_id for a row that has ended) and whose `end()` is called at the end,
-            as Hugging Face's streamers; default None.
-        stopping_criteria: a function (tokens so far [batch, t], the step's logits
-            [batch, V]) -> bool [batch] (or one bool for all rows) that ends the rows it
-            marks, after the token just written; default None.
 
     Returns:
         Ids [batch, 1 + n], n <= max_new_tokens: `<bos>`, the generated ids, and after its
@@ -739,7 +730,7 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             max_new_tokens < 1 or beyond max_len, use_cache not a bool, a bad src_mask.
     """
     return _decode_translation(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
-                               max_new_tokens, use_cache, src_mask, streamer, stopping_criteria)
+                               max_new_tokens, use_cache, src_mask)
 
 
 # %% [markdown]
@@ -992,8 +983,7 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
 def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None,
                   max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None, generator: torch.Generator | None = None,
-                  use_cache: bool = True, src_mask: Tensor | None = None, *, streamer: object = None,
-                  stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                  use_cache: bool = True, src_mask: Tensor | None = None) -> Tensor:
     """Translate a batch by sampling each token from softmax(logits / temperature).
 
     Optionally restricted to the top-k tokens and/or the top-p nucleus (see
@@ -1014,8 +1004,6 @@ def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             global one).
         use_cache: reuse the decoder's keys and values between steps (default True).
         src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
-        streamer: receives each step's new ids, as for greedy_decode (default None).
-        stopping_criteria: ends the rows it marks, as for greedy_decode (default None).
 
     Returns:
         Ids [batch, 1 + n], laid out as greedy_decode's.
@@ -1026,8 +1014,7 @@ def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
         ValueError: an argument is out of range (the message names it).
     """
     choose = _sampler(temperature, top_k, top_p, generator)
-    return _decode_translation(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask,
-                               streamer, stopping_criteria)
+    return _decode_translation(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask)
 
 
 def _sampler(temperature: float, top_k: int | None, top_p: float | None,
@@ -1735,21 +1722,20 @@ for sentence, pairs_to_check in [("I love apples", [("我", "I"), ("喜欢", "lo
 # %% [markdown]
 # ## 7 · One `generate` for every model, as Hugging Face users know it
 #
-# `model.generate(input_ids, max_new_tokens=20)` behaves as in Hugging Face
-# `transformers`: greedy unless `do_sample=True`, beam search with `num_beams`, several
-# answers with `num_return_sequences`, special ids from the model's config. An
-# encoder-decoder model reads `input_ids` as its source; a decoder-only model (chapter
-# 11) continues them as a prompt, left-padded with an `attention_mask` when prompts
-# differ in length. The options form a `GenerationConfig`, checked once, when it is made;
-# keyword arguments override its fields, as in Hugging Face. Chapter 08's
-# `PretrainedModel.generate` imports this function when a model first generates, so every
-# model of the book has `model.generate(...)`.
+# `generate(model, input_ids, max_new_tokens=20)` takes the options of Hugging Face
+# `transformers`' `model.generate`, under the same names: greedy unless `do_sample=True`,
+# beam search with `num_beams`, several answers with `num_return_sequences`, special ids
+# from the model's config. An encoder-decoder model reads `input_ids` as its source; a
+# decoder-only model (chapter 11) continues them as a prompt, left-padded with an
+# `attention_mask` when prompts differ in length. Options that contradict each other are
+# refused rather than ignored: a `temperature` without `do_sample=True` would otherwise
+# change nothing, silently. Chapter 08's `model.generate(...)` calls this function, through
+# appendix 15, which adds the rest of Hugging Face's interface (a `GenerationConfig`,
+# streamers, stopping criteria) on the `on_step` hook.
 
 # %%
 #| export
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from typing import Any, cast
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -1757,10 +1743,10 @@ from torch import Tensor, nn
 from transformer.beam_search import _beam_loop, _check_beam_options, beam_search
 from transformer.validation import _check_bool, _check_float, _check_int, _check_token_ids
 from transformer.decoding import (
+    _OnStep,
     _autoregressive,
     _blocked_logits,
     _check_model,
-    _check_top_p,
     _decode_translation,
     _sampler,
     _vocab_size,
@@ -1828,14 +1814,66 @@ def _left_align(out: Tensor, lengths: Tensor, width: int, pad_id: int) -> Tensor
     return result[:, : max(width, int(used.max()) + 1)]
 
 
-@dataclass(frozen=True)
-class GenerationConfig:
-    """generate's options, as Hugging Face's GenerationConfig names them, checked once: when
-    the config is made (and when dataclasses.replace makes a changed copy).
+def _check_options(*, max_new_tokens: int | None, do_sample: bool, temperature: float | None,
+                   top_k: int | None, top_p: float | None, num_beams: int, num_return_sequences: int,
+                   length_penalty: float, bos_id: int | None, eos_id: int | None, pad_id: int | None,
+                   ignore_eos: bool, use_cache: bool | None) -> None:
+    """Check generate's settings, each alone and against each other (None: the default)."""
+    if max_new_tokens is not None:
+        _check_int("max_new_tokens", max_new_tokens)
+    _check_bool("do_sample", do_sample)
+    _check_bool("ignore_eos", ignore_eos)
+    if use_cache is not None:
+        _check_bool("use_cache", use_cache)
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
+        if value is not None:
+            _check_int(name, value, 0)
+    _check_int("num_beams", num_beams)
+    _check_int("num_return_sequences", num_return_sequences)
+    _check_float("length_penalty", length_penalty, 0.0)
+    if do_sample:
+        if num_beams > 1:
+            raise ValueError("num_beams > 1 with do_sample=True (beam sampling) is not supported: "
+                             "pass one of them")
+        _sampler(1.0 if temperature is None else temperature, top_k, top_p, None)  # checks them
+    else:
+        for name, option in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+            if option is not None:  # ignoring it would be a silent surprise
+                raise ValueError(f"{name} is used only when sampling: pass do_sample=True with it "
+                                 "(without it, generate takes the most likely id)")
+        if num_beams == 1 and num_return_sequences > 1:
+            raise ValueError(f"num_return_sequences={num_return_sequences} would repeat the same "
+                             "greedy output: pass do_sample=True, or num_beams >= num_return_sequences")
+    if num_beams > 1:
+        _check_beam_options(num_beams, length_penalty, False, num_return_sequences)
+        if ignore_eos:
+            raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
 
-    Attributes:
-        max_new_tokens: the most ids to generate per row, > 0 (None: as many as the
-            model's max_len allows).
+
+def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
+             attention_mask: Tensor | None = None, do_sample: bool = False, temperature: float | None = None,
+             top_k: int | None = None, top_p: float | None = None, num_beams: int = 1,
+             num_return_sequences: int = 1, length_penalty: float = 0.6,
+             generator: torch.Generator | None = None, bos_id: int | None = None, eos_id: int | None = None,
+             pad_id: int | None = None, ignore_eos: bool = False, use_cache: bool | None = None,
+             on_step: _OnStep | None = None) -> Tensor:
+    """Generate token ids with either kind of model: greedy by default, sampling, or beam search.
+
+    An encoder-decoder model (a chapter-08 Transformer) reads input_ids as its source and
+    writes `<bos>` then the output; a decoder-only model (chapter 11's LanguageModel)
+    continues input_ids as prompts, which may have several lengths: left-padded, with an
+    attention_mask. Each row is exactly what it would be generated alone (greedy and beam
+    search). Never writes `<pad>` or `<bos>`; the model's modes are restored afterwards.
+
+    Args:
+        model: the model (an nn.Module; a Translator's model is translator.model).
+        input_ids: the source ids [B, S] of an encoder-decoder model, or the prompts
+            [B, P] of a decoder-only model (default None: one prompt, `<bos>`).
+        max_new_tokens: the most ids to generate per row, > 0 (default None: as many as
+            the model's max_len allows).
+        attention_mask: [B, T], 1 (or True) for a token, 0 for padding (default None: for an
+            encoder-decoder model the ids that are not pad_id, for a decoder-only model
+            every id). A decoder-only model takes left padding only.
         do_sample: sample from softmax(logits / temperature) instead of taking the most
             likely id (default False: greedy, or beam search with num_beams > 1).
         temperature: > 0, only with do_sample (None: 1.0).
@@ -1846,112 +1884,14 @@ class GenerationConfig:
             beam, or independent draws with do_sample; rows of input b come together.
         length_penalty: with num_beams > 1, the exponent alpha of GNMT's length penalty
             (beam_search's alpha), >= 0 (default 0.6; Hugging Face's name for it).
+        generator: a seeded torch.Generator for a reproducible draw (default None).
         bos_id, eos_id, pad_id: the special ids (None: the model's own, model.bos_id, ...).
         ignore_eos: never end a row at eos_id (benchmarks; default False; not with beams).
         use_cache: reuse keys and values between steps (None: when the model has decoder
             layers that take a cache, as both of the book's models do).
-
-    Raises:
-        ValueError: an option is out of range or contradicts another (the message names it
-            and says what to pass instead).
-    """
-
-    max_new_tokens: int | None = None
-    do_sample: bool = False
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    num_beams: int = 1
-    num_return_sequences: int = 1
-    length_penalty: float = 0.6
-    bos_id: int | None = None
-    eos_id: int | None = None
-    pad_id: int | None = None
-    ignore_eos: bool = False
-    use_cache: bool | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens is not None:
-            _check_int("max_new_tokens", self.max_new_tokens)
-        for name in ("do_sample", "ignore_eos"):
-            _check_bool(name, getattr(self, name))
-        if self.use_cache is not None:
-            _check_bool("use_cache", self.use_cache)
-        for name in ("bos_id", "eos_id", "pad_id"):
-            if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 0)
-        _check_int("num_beams", self.num_beams)
-        _check_int("num_return_sequences", self.num_return_sequences)
-        _check_float("length_penalty", self.length_penalty, 0.0)
-        if self.do_sample:
-            if self.num_beams > 1:
-                raise ValueError("num_beams > 1 with do_sample=True (beam sampling) is not supported: "
-                                 "pass one of them")
-            if self.temperature is not None:
-                _check_float("temperature", self.temperature, 0.0, low_closed=False)
-            if self.top_k is not None:
-                _check_int("top_k", self.top_k)
-            if self.top_p is not None:
-                _check_top_p(self.top_p)
-        else:
-            for name in ("temperature", "top_k", "top_p"):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"{name} is used only when sampling: pass do_sample=True with it "
-                                     "(without it, generate takes the most likely id)")
-            if self.num_beams == 1 and self.num_return_sequences > 1:
-                raise ValueError(f"num_return_sequences={self.num_return_sequences} would repeat the same "
-                                 "greedy output: pass do_sample=True, or num_beams >= num_return_sequences")
-        if self.num_beams > 1:
-            _check_beam_options(self.num_beams, self.length_penalty, False, self.num_return_sequences)
-            if self.ignore_eos:
-                raise ValueError("beam search ranks finished hypotheses: it needs an eos_id (not ignore_eos)")
-
-
-def _generation_config(config: object, max_new_tokens: int | None, options: dict[str, Any]) -> GenerationConfig:
-    """config (default GenerationConfig()) with max_new_tokens and options put in, checked."""
-    if config is None:
-        config = GenerationConfig()
-    elif not isinstance(config, GenerationConfig):
-        raise TypeError(f"generation_config must be a GenerationConfig or None, got {type(config).__name__}")
-    unknown = sorted(set(options) - {field.name for field in fields(GenerationConfig)})
-    if unknown:
-        raise TypeError(f"generate got unknown options {unknown}: GenerationConfig lists the options")
-    if max_new_tokens is not None:
-        options = {**options, "max_new_tokens": max_new_tokens}
-    return replace(config, **options)
-
-
-def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
-             generation_config: GenerationConfig | None = None, attention_mask: Tensor | None = None,
-             streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
-             generator: torch.Generator | None = None, **options: Any) -> Tensor:
-    """Generate token ids with either kind of model: greedy by default, sampling, or beam search.
-
-    `model.generate(...)` calls it. An encoder-decoder model (a chapter-08 Transformer)
-    reads input_ids as its source and writes `<bos>` then the output; a decoder-only model
-    (chapter 11's LanguageModel) continues input_ids as prompts, which may have several
-    lengths: left-padded, with an attention_mask. Each row is exactly what it would be
-    generated alone (greedy and beam search). Never writes `<pad>` or `<bos>`; the model's
-    modes are restored afterwards.
-
-    Args:
-        model: the model (an nn.Module; a Translator's model is translator.model).
-        input_ids: the source ids [B, S] of an encoder-decoder model, or the prompts
-            [B, P] of a decoder-only model (default None: one prompt, `<bos>`).
-        max_new_tokens: the most ids to generate per row, > 0 (default None: the config's,
-            else as many as the model's max_len allows).
-        generation_config: the options (default None: GenerationConfig()'s defaults).
-        attention_mask: [B, T], 1 (or True) for a token, 0 for padding (default None: for an
-            encoder-decoder model the ids that are not pad_id, for a decoder-only model
-            every id). A decoder-only model takes left padding only.
-        streamer: an object whose `put(ids)` receives each step's new ids [B] (pad_id for a
-            row without one) and whose `end()` is called at the end; not with beams.
-        stopping_criteria: a function (ids so far [B, t], logits [B, V]) -> bool [B] (or one
-            bool) that ends the rows it marks after their latest id; not with beams.
-        generator: a seeded torch.Generator for a reproducible draw (default None).
-        **options: fields of GenerationConfig (do_sample, temperature, top_k, top_p,
-            num_beams, num_return_sequences, length_penalty, bos_id, eos_id, pad_id,
-            ignore_eos, use_cache), which override generation_config's.
+        on_step: a function (ids so far [B, t], logits [B, V], new [B] bool) called after
+            each step, which may return bool [B] (or one bool) to end the rows it marks
+            (default None; not with beams). Each row reads [its prefix, its new ids].
 
     Returns:
         Ids [B * num_return_sequences, ...]: for an encoder-decoder model `<bos>` then the
@@ -1960,32 +1900,30 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         its `<eos>`.
 
     Raises:
-        TypeError: model is not an nn.Module, input_ids not an integer tensor, generator not
-            a torch.Generator, or an option unknown.
+        TypeError: model is not an nn.Module, input_ids not an integer tensor, or generator
+            not a torch.Generator.
         ValueError: an option is out of range or contradicts another (the message names it
             and says what to pass instead).
     """
-    config = _generation_config(generation_config, max_new_tokens, options)
-    max_new_tokens, do_sample, num_beams = config.max_new_tokens, config.do_sample, config.num_beams
-    num_return_sequences, length_penalty = config.num_return_sequences, config.length_penalty
+    _check_options(max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                   top_p=top_p, num_beams=num_beams, num_return_sequences=num_return_sequences,
+                   length_penalty=length_penalty, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
+                   ignore_eos=ignore_eos, use_cache=use_cache)
     _check_model(model, encoder_decoder=False)
     encoder_decoder = callable(getattr(model, "encode", None))
-    pad_id = _special_id(model, "pad_id", config.pad_id)
-    bos_id = _special_id(model, "bos_id", config.bos_id)
-    eos_id = None if config.ignore_eos else _special_id(model, "eos_id", config.eos_id)
+    pad_id = _special_id(model, "pad_id", pad_id)
+    bos_id = _special_id(model, "bos_id", bos_id)
+    eos_id = None if ignore_eos else _special_id(model, "eos_id", eos_id)
     if generator is not None and not do_sample:
         raise ValueError("generator is used only when sampling: pass do_sample=True with it "
                          "(without it, generate takes the most likely id)")
-    if num_beams > 1 and (streamer is not None or stopping_criteria is not None):
-        raise ValueError("streamer and stopping_criteria work with greedy decoding and sampling, not with "
-                         "num_beams > 1 (a beam's best hypothesis is known only at the end)")
-    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
-        raise TypeError(f"streamer must have put(ids) and end() methods, got {type(streamer).__name__}")
-    if stopping_criteria is not None and not callable(stopping_criteria):
-        raise TypeError(f"stopping_criteria must be a function (ids, logits) -> bool [batch], "
-                        f"got {type(stopping_criteria).__name__}")
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a function (ids, logits, new) -> rows to end, got {type(on_step).__name__}")
+    if on_step is not None and num_beams > 1:
+        raise ValueError("on_step works with greedy decoding and sampling, not with num_beams > 1 "
+                         "(a beam's best hypothesis is known only at the end)")
     has_cache = hasattr(getattr(model, "decoder", None), "layers")
-    use_cache = has_cache if config.use_cache is None else config.use_cache
+    use_cache = has_cache if use_cache is None else use_cache
     if use_cache and not has_cache:
         raise ValueError(f"use_cache=True needs a model whose decoder.layers take a KV cache; "
                          f"{type(model).__name__} has none: pass use_cache=None or False")
@@ -1998,8 +1936,8 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         raise ValueError(f"input_ids must be ids [batch, length] with batch, length > 0, got shape "
                          f"{tuple(input_ids.shape)}")
     mask = None if attention_mask is None else _check_attention_mask(input_ids, attention_mask)
-    choose = (_sampler(1.0 if config.temperature is None else config.temperature, config.top_k, config.top_p,
-                       generator) if do_sample else (lambda logits: logits.argmax(dim=-1)))
+    choose = (_sampler(1.0 if temperature is None else temperature, top_k, top_p, generator) if do_sample
+              else (lambda logits: logits.argmax(dim=-1)))
     if encoder_decoder:
         translator = cast(Transformer, model)
         if pad_id != translator.pad_id:
@@ -2015,7 +1953,7 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
             input_ids = input_ids.repeat_interleave(num_return_sequences, 0)
             src_mask = None if src_mask is None else src_mask.repeat_interleave(num_return_sequences, 0)
         return _decode_translation(translator, input_ids, choose, bos_id, eos_id, max_new_tokens, use_cache,
-                                   src_mask, streamer, stopping_criteria)
+                                   src_mask, on_step)
     # A decoder-only model: the prompts are the prefixes.
     mask = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask
     lengths = mask.sum(dim=1)
@@ -2027,7 +1965,6 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
         if max_new_tokens < 1:
             raise ValueError(f"the longest prompt ({int(lengths.max())} ids) fills the model's "
                              f"max_len={limit}: there is no position left to generate")
-    _check_int("max_new_tokens", max_new_tokens)
     if limit is not None and int(lengths.max()) + max_new_tokens > limit:
         raise ValueError(f"the longest prompt's {int(lengths.max())} ids plus max_new_tokens={max_new_tokens} "
                          f"exceed the model's max_len={limit}: pass max_new_tokens <= {limit - int(lengths.max())}")
@@ -2042,25 +1979,25 @@ def generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: 
             lengths = lengths.repeat_interleave(num_return_sequences)
         else:
             tokens, lengths = tokens.repeat_interleave(rows, 0), lengths.repeat_interleave(rows)
-            out = _autoregressive(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens,
-                                  streamer, stopping_criteria)
+            out = _autoregressive(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, on_step)
     return _left_align(out, lengths, input_ids.size(1), pad_id)
 
 
 # %% [markdown]
-# On the translator, `model.generate` takes its special ids from `model.config`, gives
+# On the translator, `generate` takes its special ids from `model.config`, gives
 # `greedy_decode`'s output by default, and beam search with `num_beams`; here the two best
 # hypotheses of each source, best first:
 
 # %%
 pair_src = encode_source(["I love apples", LONG_SENTENCE])  # [2, S]
 print("config's special ids:", {k: model.config[k] for k in ("pad_id", "bos_id", "eos_id")})
-greedy_out = model.generate(pair_src)  # [2, 1 + n]
+greedy_out = generate(model, pair_src)  # [2, 1 + n]
 assert torch.equal(greedy_out, greedy_decode(model, pair_src, BOS_ID, EOS_ID))
-two_best = model.generate(pair_src, num_beams=4, num_return_sequences=2)  # [4, 1 + n]
+two_best = generate(model, pair_src, num_beams=4, num_return_sequences=2)  # [4, 1 + n]
 for row in two_best:
     print(tgt_vocab.decode(row))
-assert torch.equal(model.generate(pair_src, num_beams=4), beam_search(model, pair_src, BOS_ID, EOS_ID)[0])
+assert torch.equal(generate(model, pair_src, num_beams=4), beam_search(model, pair_src, BOS_ID, EOS_ID)[0])
+assert torch.equal(model.generate(pair_src, num_beams=4), generate(model, pair_src, num_beams=4))
 
 # %% [markdown]
 # ## 8 · Shape trace of the running example
@@ -2452,5 +2389,6 @@ print("ex4 passed")
 #   exposure bias is not what breaks these sentences.
 # - **Cross-attention** weights show which English word each Chinese word read, reordering
 #   included.
-# - **`model.generate(...)`** takes Hugging Face's options (`do_sample`, `num_beams`,
-#   `num_return_sequences`, ...) in a `GenerationConfig` checked once, for either kind of model.
+# - **`generate(model, ...)`** takes Hugging Face's options (`do_sample`, `num_beams`,
+#   `num_return_sequences`, ...), refuses those that contradict each other, and serves
+#   either kind of model; `model.generate(...)` calls it.

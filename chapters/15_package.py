@@ -27,9 +27,10 @@
 #
 # 1. bad input refused at the boundary, one error per mistake, layer by layer;
 # 2. a saved model that is damaged or missing, refused with the file and what is wrong;
-# 3. a translator and a poet that take text and give text;
-# 4. commands for the shell: `python -m transformer translate` and `train`;
-# 5. a top level that holds what a user of the models needs, and no more.
+# 3. `generate` with Hugging Face's `GenerationConfig`, streamers and stopping criteria;
+# 4. a translator and a poet that take text and give text;
+# 5. commands for the shell: `python -m transformer translate` and `train`;
+# 6. a top level that holds what a user of the models needs, and no more.
 
 # %%
 import json
@@ -311,7 +312,192 @@ refused_load(workdir / "missing")
 shutil.rmtree(workdir)
 
 # %% [markdown]
-# ## 3 · The apps: a translator and a poet
+# ## 3 · `generate` as Hugging Face users call it
+#
+# Chapter 10's `generate(model, input_ids, ...)` takes its options as keyword arguments.
+# A Hugging Face user also keeps them in a `GenerationConfig`, to reuse them, shows
+# words while they are generated with a *streamer*, and ends a row on a condition of their
+# own with `stopping_criteria`. `hf_generate` adds those three to chapter 10's `generate`
+# and nothing else: the config checks its fields once, when it is made, with chapter 10's
+# `_check_options`; keyword arguments override its fields in a checked copy; the streamer
+# and the stopping criteria become chapter 10's `on_step`. `model.generate(...)` (chapter
+# 08) calls `hf_generate`, so every model of the book has them, and the package's top
+# level holds it as `transformer.generate` (section 6).
+
+# %%
+#| export hf_generation
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from transformer.generation import _check_options, _special_id, generate
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """generate's options, as Hugging Face's GenerationConfig names them, checked once: when
+    the config is made (and when dataclasses.replace makes a changed copy).
+
+    Attributes:
+        max_new_tokens: the most ids to generate per row, > 0 (None: as many as the
+            model's max_len allows).
+        do_sample: sample instead of taking the most likely id (default False).
+        temperature, top_k, top_p: the sampling options, only with do_sample (None: 1.0,
+            all ids, all ids).
+        num_beams: > 1 for beam search with GNMT's length penalty (default 1).
+        num_return_sequences: outputs per input, > 0 (default 1).
+        length_penalty: with num_beams > 1, the penalty's exponent, >= 0 (default 0.6).
+        bos_id, eos_id, pad_id: the special ids (None: the model's own, model.bos_id, ...).
+        ignore_eos: never end a row at eos_id (default False; not with beams).
+        use_cache: reuse keys and values between steps (None: when the model can).
+
+    Each means what chapter 10's generate says of the argument of the same name.
+
+    Raises:
+        ValueError: an option is out of range or contradicts another (the message names it
+            and says what to pass instead).
+    """
+
+    max_new_tokens: int | None = None
+    do_sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    num_beams: int = 1
+    num_return_sequences: int = 1
+    length_penalty: float = 0.6
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+    ignore_eos: bool = False
+    use_cache: bool | None = None
+
+    def __post_init__(self) -> None:
+        _check_options(**asdict(self))
+
+
+def _generation_config(config: object, max_new_tokens: int | None, options: dict[str, Any]) -> GenerationConfig:
+    """config (default GenerationConfig()) with max_new_tokens and options put in, checked."""
+    if config is None:
+        config = GenerationConfig()
+    elif not isinstance(config, GenerationConfig):
+        raise TypeError(f"generation_config must be a GenerationConfig or None, got {type(config).__name__}")
+    unknown = sorted(set(options) - {field.name for field in fields(GenerationConfig)})
+    if unknown:
+        raise TypeError(f"generate got unknown options {unknown}: GenerationConfig lists the options")
+    if max_new_tokens is not None:
+        options = {**options, "max_new_tokens": max_new_tokens}
+    return replace(config, **options)
+
+
+def _check_callbacks(config: GenerationConfig, streamer: object, stopping_criteria: object) -> None:
+    """A streamer has put(ids) and end(); stopping_criteria is a function; neither with beams."""
+    if config.num_beams > 1 and (streamer is not None or stopping_criteria is not None):
+        raise ValueError("streamer and stopping_criteria work with greedy decoding and sampling, not with "
+                         "num_beams > 1 (a beam's best hypothesis is known only at the end)")
+    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer must have put(ids) and end() methods, got {type(streamer).__name__}")
+    if stopping_criteria is not None and not callable(stopping_criteria):
+        raise TypeError(f"stopping_criteria must be a function (ids, logits) -> bool [batch], "
+                        f"got {type(stopping_criteria).__name__}")
+
+
+def hf_generate(model: nn.Module, input_ids: Tensor | None = None, max_new_tokens: int | None = None, *,
+                generation_config: GenerationConfig | None = None, attention_mask: Tensor | None = None,
+                streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
+                generator: torch.Generator | None = None, **options: Any) -> Tensor:
+    """Generate token ids as Hugging Face's `model.generate` does: chapter 10's generate, with
+    a GenerationConfig, a streamer and stopping criteria. `model.generate(...)` calls it.
+
+    Args:
+        model: the model (an nn.Module; a Translator's model is translator.model).
+        input_ids: the source ids [B, S] of an encoder-decoder model, or the prompts
+            [B, P] of a decoder-only model (default None: one prompt, `<bos>`).
+        max_new_tokens: the most ids to generate per row, > 0 (default None: the config's,
+            else as many as the model's max_len allows).
+        generation_config: the options (default None: GenerationConfig()'s defaults).
+        attention_mask: [B, T], 1 (or True) for a token, 0 for padding, as for chapter 10's
+            generate (default None).
+        streamer: an object whose `put(ids)` receives each step's new ids [B] (pad_id for a
+            row without one) and whose `end()` is called at the end; not with beams.
+        stopping_criteria: a function (ids so far [B, t], logits [B, V]) -> bool [B] (or one
+            bool) that ends the rows it marks after their latest id; not with beams.
+        generator: a seeded torch.Generator for a reproducible draw (default None).
+        **options: fields of GenerationConfig (do_sample, temperature, top_k, top_p,
+            num_beams, num_return_sequences, length_penalty, bos_id, eos_id, pad_id,
+            ignore_eos, use_cache), which override generation_config's.
+
+    Returns:
+        Ids [B * num_return_sequences, ...], as chapter 10's generate returns them.
+
+    Raises:
+        TypeError: model is not an nn.Module, input_ids not an integer tensor, generator not
+            a torch.Generator, streamer or stopping_criteria of the wrong kind, or an option
+            unknown.
+        ValueError: an option is out of range or contradicts another (the message names it
+            and says what to pass instead).
+    """
+    config = _generation_config(generation_config, max_new_tokens, options)
+    _check_callbacks(config, streamer, stopping_criteria)
+    on_step = None
+    if streamer is not None or stopping_criteria is not None:
+        def on_step(tokens: Tensor, logits: Tensor, new: Tensor) -> object:  # tokens [B, t], new [B]
+            if streamer is not None:  # the step's new ids, pad_id where a row wrote none
+                streamer.put(tokens[:, -1].masked_fill(~new, _special_id(model, "pad_id", config.pad_id)))  # type: ignore[attr-defined]
+            return None if stopping_criteria is None else stopping_criteria(tokens, logits)
+    try:
+        return generate(model, input_ids, attention_mask=attention_mask, generator=generator, on_step=on_step,
+                        **asdict(config))
+    finally:
+        if streamer is not None:
+            streamer.end()  # type: ignore[attr-defined]
+
+
+# %% [markdown]
+# On chapter 09's translator, below: one config used twice, the second time with
+# `num_beams=1` overriding it (beam search and greedy decoding agree on these two
+# sentences); a streamer that prints the first sentence's words as they come, `<eos>`
+# included, then `(end)`; a stopping criterion that ends both rows after two words. The
+# config refuses a contradiction when it is made, before any model runs.
+
+# %%
+from transformer.data import pad_sequences
+from transformer.saving import load_checkpoint
+
+checkpoint = load_checkpoint()
+translator_model, english, chinese = checkpoint.model, checkpoint.src_vocab, checkpoint.tgt_vocab
+sources = pad_sequences([english.encode("I love apples"), english.encode("the children drink hot tea in the park")])  # [2, S]
+beams = GenerationConfig(num_beams=4, max_new_tokens=10)
+print([chinese.decode(row) for row in hf_generate(translator_model, sources, generation_config=beams)])
+print([chinese.decode(row) for row in hf_generate(translator_model, sources, generation_config=beams, num_beams=1)])
+
+
+class PrintWords:
+    """A streamer: prints the first row's new word at each step."""
+
+    def put(self, ids: Tensor) -> None:  # [B]
+        print(chinese.itos[int(ids[0])], end=" ")
+
+    def end(self) -> None:
+        print("(end)")
+
+
+streamed = hf_generate(translator_model, sources[:1], streamer=PrintWords())
+two_words = hf_generate(translator_model, sources, stopping_criteria=lambda ids, logits: ids.size(1) > 2)
+print([chinese.decode(row) for row in two_words])
+assert torch.equal(streamed, generate(translator_model, sources[:1]))
+assert two_words.size(1) == 3  # <bos> and two words
+assert torch.equal(translator_model.generate(sources, num_beams=4), hf_generate(translator_model, sources, num_beams=4))
+try:
+    GenerationConfig(temperature=0.7)
+except ValueError as err:
+    print(f"ValueError: {err}")
+
+# %% [markdown]
+# ## 4 · The apps: a translator and a poet
 #
 # Chapter 10 decodes ids into ids; a user has English text and wants Chinese text.
 # `Translator` bundles a trained model with its two vocabularies; `load_translator()`
@@ -566,7 +752,7 @@ for bad in ["white sun", "", 7]:
         print(f"{type(err).__name__}: {err}")
 
 # %% [markdown]
-# ## 4 · The command line
+# ## 5 · The command line
 #
 # Chapter 12 trains from a config file under `torchrun` with a three-line script. A user
 # wants commands instead: `python -m transformer translate "I love apples"`,
@@ -829,7 +1015,7 @@ for argv in (["translate", "I love apples"], ["translate", "I love durians"], ["
           f"  exit status: {result.returncode}")
 
 # %% [markdown]
-# ## 5 · The front door: what `import transformer` holds
+# ## 6 · The front door: what `import transformer` holds
 #
 # The chapters' modules export every piece they build, close to two hundred names (counted
 # below). A user of the models needs few of them, in the groups that `torch.nn` and Hugging Face
@@ -855,7 +1041,9 @@ from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedd
 # Masks (True = may attend)
 from transformer.masks import causal_mask, combine_masks, padding_mask
 # Generation
-from transformer.generation import GenerationConfig, generate
+# generate is model.generate as a function: chapter 10's, with section 3's Hugging Face options
+from transformer.hf_generation import GenerationConfig
+from transformer.hf_generation import hf_generate as generate
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
 from transformer.poet import write_poem
@@ -900,10 +1088,11 @@ assert all(getattr(transformer, name) is globals()[name] for name in __all__), "
 #
 # Every layer of the package refuses a wrong argument with an error that names it and
 # says what was expected, and a saved model that cannot be trusted is not loaded. A user
-# translates text or continues a poem with one call or one command, and trains from a
-# config with another. The checks themselves still live in the chapters' modules, beside
-# the idea each chapter teaches; saving and loading, and one `generate` for every model,
-# are built where they are first needed, in chapters 08 and 10.
+# translates text or continues a poem with one call or one command, generates as a Hugging
+# Face user would, and trains from a config with another command. The checks themselves
+# still live in the chapters' modules, beside the idea each chapter teaches; saving and
+# loading, and one `generate` for every model, are built where they are first needed, in
+# chapters 08 to 10.
 #
 # ## Summary
 #
@@ -914,6 +1103,8 @@ assert all(getattr(transformer, name) is globals()[name] for name in __all__), "
 #   size equals the query length, `[B, Tq, Tk]` where it equals the number of heads) are
 #   refused.
 # - A damaged, mismatched or missing saved model is refused with the file and the reason.
+# - `model.generate(...)` takes a `GenerationConfig` (checked once, when it is made), a
+#   `streamer` and `stopping_criteria`, built on chapter 10's `generate` and its `on_step`.
 # - `translate(text)`, `load_translator(directory)` and `write_poem(first_line)` take text
 #   and give text; a word or character the model never saw is named, not guessed.
 # - `python -m transformer translate|poem|train` (or `transformer ...` once installed)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from transformer import GenerationConfig, LanguageModel, PretrainedModel, Transformer, generate
 from transformer.beam_search import beam_search, sequence_scores
 from transformer.decoding import greedy_decode, sample_decode
+from transformer.generation import generate as plain_generate  # chapter 10's: keywords only
 
 
 def translator(seed=0, **kwargs):
@@ -178,8 +179,9 @@ def test_streamer_and_stopping_criteria():
 
 
 def test_both_models_have_the_method_and_no_module_is_changed_at_import():
-    """model.generate is chapter 10's generate, imported when called: nothing of chapter 08's
-    class is set from outside (importing the package assigns no attribute to it)."""
+    """model.generate is appendix 15's hf_generate around chapter 10's generate, imported when
+    called: nothing of chapter 08's class is set from outside (importing the package assigns no
+    attribute to it)."""
     for model, ids in ((translator(), torch.randint(3, 30, (1, 4))), (language_model(), torch.tensor([[1, 5]]))):
         assert torch.equal(model.generate(ids, 3), generate(model, ids, 3))
     assert "generate_function" not in vars(PretrainedModel)
@@ -207,3 +209,25 @@ def test_a_generation_config_is_checked_once_and_keyword_arguments_override_it()
         model.generate(src, num_beam=3)  # a misspelt option is named, not ignored
     with pytest.raises(TypeError, match="generation_config"):
         model.generate(src, generation_config={"num_beams": 3})
+
+
+def test_chapter_10s_generate_takes_an_on_step_hook_and_refuses_what_it_cannot_do():
+    model, ids = language_model(6), torch.tensor([[1, 5, 6], [1, 7, 8]])
+    seen = []
+
+    def on_step(tokens, logits, new):
+        seen.append((tokens.size(1), logits.shape, new.clone()))
+        return tokens.size(1) >= 5  # end every row once it holds 5 ids
+
+    out = plain_generate(model, ids, 6, ignore_eos=True, on_step=on_step)
+    assert out.shape == (2, 5) and [width for width, _, _ in seen] == [4, 5]
+    assert all(shape == (2, model.vocab_size) and bool(new.all()) for _, shape, new in seen)
+    assert torch.equal(out, plain_generate(model, ids, 6, ignore_eos=True)[:, :5])
+    with pytest.raises(TypeError, match="on_step"):
+        plain_generate(model, ids, 3, on_step=3)
+    with pytest.raises(ValueError, match="on_step"):
+        plain_generate(model, ids, 3, num_beams=2, on_step=on_step)
+    with pytest.raises(ValueError, match="temperature"):
+        plain_generate(model, ids, 3, temperature=0.7)  # without do_sample it would change nothing
+    with pytest.raises(TypeError, match="generation_config"):
+        plain_generate(model, ids, 3, generation_config=GenerationConfig())  # chapter 10's takes keywords only

@@ -4,7 +4,7 @@
 Every other public name is importable from its module, transformer.MODULE.
 """
 
-# %% chapters/15_package.ipynb, cell 50
+# %% chapters/15_package.ipynb, cell 54
 # Models and their configurations
 from transformer.pretrained import PretrainedModel
 from transformer.model import PAPER_CONFIGS, Transformer, count_parameters
@@ -20,7 +20,9 @@ from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedd
 # Masks (True = may attend)
 from transformer.masks import causal_mask, combine_masks, padding_mask
 # Generation
-from transformer.generation import GenerationConfig, generate
+# generate is model.generate as a function: chapter 10's, with section 3's Hugging Face options
+from transformer.hf_generation import GenerationConfig
+from transformer.hf_generation import hf_generate as generate
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
 from transformer.poet import write_poem

@@ -126,26 +126,24 @@ def _blocked_logits(vocab: int, pad_id: int, bos_id: int, eos_id: int | None,
 # %% chapters/10_generation.ipynb, cell 26
 from transformer.kv_cache import IncrementalDecoder
 
+# on_step(tokens so far [B, t + 1], logits [B, V], new [B]) -> rows to end [B] (or one bool), or None
+_OnStep = Callable[[Tensor, Tensor, Tensor], object]
+
 
 def _autoregressive(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
                     choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
-                    max_new_tokens: int, streamer: object = None,
-                    stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                    max_new_tokens: int, on_step: _OnStep | None = None) -> Tensor:
     """The loop of greedy decoding and sampling, for any next-token scorer.
 
     tokens [B, L] holds each row's prefix (lengths[b] ids: `<bos>`, or a prompt) then
     padding, L = max(lengths) + max_new_tokens; step(tokens[:, :t]) returns the logits
     [B, V] of position t; choose maps logits [B, V] to ids [B]. A row ends at eos_id,
-    when stopping_criteria(tokens so far, logits) says so, or after max_new_tokens ids.
+    after max_new_tokens ids, or when on_step(tokens so far [B, t + 1], logits [B, V],
+    new [B], True where the row wrote a new id) returns True for it (None: no row).
     """
     _check_id_range("input_ids", tokens, block.numel())  # the prefixes, once: every later id is a choice
-    try:
-        with torch.no_grad():
-            return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, streamer,
-                         stopping_criteria)
-    finally:
-        if streamer is not None:
-            streamer.end()  # type: ignore[attr-defined]
+    with torch.no_grad():
+        return _loop(step, tokens, lengths, choose, block, eos_id, pad_id, max_new_tokens, on_step)
 
 
 def _check_logits(logits: Tensor, t: int) -> Tensor:
@@ -159,22 +157,21 @@ def _check_logits(logits: Tensor, t: int) -> Tensor:
 
 def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
           choose: Callable[[Tensor], Tensor], block: Tensor, eos_id: int | None, pad_id: int,
-          max_new_tokens: int, streamer: object, stopping_criteria: Callable[[Tensor, Tensor], object] | None
-          ) -> Tensor:
+          max_new_tokens: int, on_step: _OnStep | None) -> Tensor:
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)  # [B]
     for t in range(int(lengths.min()), tokens.size(1)):
-        with _inputs_checked():  # ids checked above or chosen here; a streamer or stopping_criteria still checks
+        with _inputs_checked():  # ids checked above or chosen here; on_step's code still checks its own
             logits = step(tokens[:, :t])  # [B, V]
         forced = t < lengths  # [B]: rows still inside their prefix take its next id
         next_id = torch.where(forced, tokens[:, t], choose(logits + block))  # never <pad> or <bos>
         new = ~forced & ~done  # [B]: rows that generated a token at t
         tokens[:, t] = next_id.masked_fill(done, pad_id)  # a finished row gets padding
-        if streamer is not None:
-            streamer.put(next_id.masked_fill(~new, pad_id))  # type: ignore[attr-defined]
         if eos_id is not None:
             done |= new & (next_id == eos_id)
-        if stopping_criteria is not None:
-            done |= new & torch.as_tensor(stopping_criteria(tokens[:, :t + 1], logits), device=done.device)
+        if on_step is not None:
+            stop = on_step(tokens[:, :t + 1], logits, new)
+            if stop is not None:
+                done |= new & torch.as_tensor(stop, device=done.device)
         done |= t + 1 - lengths >= max_new_tokens  # the row's budget is spent
         # The one read of a value per generated token (on a GPU the host waits for it): has every
         # row ended? NaN logits end the loop too, and _check_logits reports them.
@@ -186,8 +183,7 @@ def _loop(step: Callable[[Tensor], Tensor], tokens: Tensor, lengths: Tensor,
 
 def _decode_translation(model: Transformer, src: Tensor, choose: Callable[[Tensor], Tensor], bos_id: int,
                         eos_id: int | None, max_new_tokens: int | None, use_cache: bool,
-                        src_mask: Tensor | None, streamer: object = None,
-                        stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                        src_mask: Tensor | None, on_step: _OnStep | None = None) -> Tensor:
     """Greedy decoding or sampling for an encoder-decoder model: encode once, then the loop."""
     _check_src(model, src)
     max_new_tokens = _check_length(model, max_new_tokens)
@@ -202,13 +198,12 @@ def _decode_translation(model: Transformer, src: Tensor, choose: Callable[[Tenso
         tokens[:, 0] = bos_id
         lengths = torch.ones(batch, dtype=torch.long, device=src.device)  # the prefix: <bos>
         return _autoregressive(step, tokens, lengths, choose, block, eos_id, model.pad_id, max_new_tokens,
-                               streamer, stopping_criteria)
+                               on_step)
 
 
 def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None,
                   max_new_tokens: int | None = None, use_cache: bool = True,
-                  src_mask: Tensor | None = None, *, streamer: object = None,
-                  stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                  src_mask: Tensor | None = None) -> Tensor:
     """Translate a batch by taking the most likely token at every step.
 
     Never writes `<pad>` or `<bos>`. The model's train/eval modes are restored afterwards.
@@ -226,12 +221,6 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             work; default True).
         src_mask: bool [batch, 1, 1, src_len], True = may attend (default: the padding
             mask of src).
-        streamer: an object whose `put(ids)` receives each step's new ids [batch]
-            (model.pad_id for a row that has ended) and whose `end()` is called at the end,
-            as Hugging Face's streamers; default None.
-        stopping_criteria: a function (tokens so far [batch, t], the step's logits
-            [batch, V]) -> bool [batch] (or one bool for all rows) that ends the rows it
-            marks, after the token just written; default None.
 
     Returns:
         Ids [batch, 1 + n], n <= max_new_tokens: `<bos>`, the generated ids, and after its
@@ -246,7 +235,7 @@ def greedy_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
     Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     return _decode_translation(model, src, lambda logits: logits.argmax(dim=-1), bos_id, eos_id,
-                               max_new_tokens, use_cache, src_mask, streamer, stopping_criteria)
+                               max_new_tokens, use_cache, src_mask)
 
 # %% chapters/10_generation.ipynb, cell 44
 def _check_top_p(top_p: object) -> float:
@@ -295,8 +284,7 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
 def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | None,
                   max_new_tokens: int | None = None, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None, generator: torch.Generator | None = None,
-                  use_cache: bool = True, src_mask: Tensor | None = None, *, streamer: object = None,
-                  stopping_criteria: Callable[[Tensor, Tensor], object] | None = None) -> Tensor:
+                  use_cache: bool = True, src_mask: Tensor | None = None) -> Tensor:
     """Translate a batch by sampling each token from softmax(logits / temperature).
 
     Optionally restricted to the top-k tokens and/or the top-p nucleus (see
@@ -317,8 +305,6 @@ def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
             global one).
         use_cache: reuse the decoder's keys and values between steps (default True).
         src_mask: bool [batch, 1, 1, src_len] (default: the padding mask of src).
-        streamer: receives each step's new ids, as for greedy_decode (default None).
-        stopping_criteria: ends the rows it marks, as for greedy_decode (default None).
 
     Returns:
         Ids [batch, 1 + n], laid out as greedy_decode's.
@@ -331,8 +317,7 @@ def sample_decode(model: Transformer, src: Tensor, bos_id: int, eos_id: int | No
     Defined in chapter 10 (`chapters/10_generation.ipynb`).
     """
     choose = _sampler(temperature, top_k, top_p, generator)
-    return _decode_translation(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask,
-                               streamer, stopping_criteria)
+    return _decode_translation(model, src, choose, bos_id, eos_id, max_new_tokens, use_cache, src_mask)
 
 
 def _sampler(temperature: float, top_k: int | None, top_p: float | None,

@@ -25,8 +25,8 @@ class PretrainedModel(nn.Module):
     unsaved tables are rebuilt on the device of the parameters.
 
     `model.generate(...)` writes token ids (greedy, sampling, beam search) with chapter
-    10's `generate`, imported when a model first generates: decoding is chapter 10's
-    subject.
+    10's `generate` and appendix 15's Hugging Face options (`hf_generate`), imported when
+    a model first generates: decoding is chapter 10's subject.
 
     Args:
         config: the constructor's arguments, JSON-able (str, int, float, bool, None,
@@ -78,26 +78,27 @@ class PretrainedModel(nn.Module):
 
     def generate(self, input_ids: torch.Tensor | None = None, max_new_tokens: int | None = None,
                  **options: Any) -> torch.Tensor:
-        """Generate token ids: `transformer.generation.generate(self, input_ids, ...)` (chapter 10).
+        """Generate token ids, as Hugging Face's `model.generate` does (chapter 10, appendix 15).
 
         Greedy by default; `do_sample=True` samples, `num_beams=4` searches; the special
-        ids come from the model's config. See generate for every option.
+        ids come from the model's config. See `transformer.hf_generation.hf_generate`.
 
         Args:
             input_ids: the source ids [B, S] (encoder-decoder) or prompts [B, P] (decoder-only).
             max_new_tokens: the most ids to generate per row (default: as max_len allows).
-            **options: generate's other keyword arguments (generation_config, do_sample,
-                temperature, top_k, top_p, num_beams, num_return_sequences, attention_mask,
-                eos_id, ...).
+            **options: generate's other keyword arguments (do_sample, temperature, top_k,
+                top_p, num_beams, num_return_sequences, attention_mask, eos_id, ...,
+                generation_config, streamer, stopping_criteria).
 
         Returns:
             The ids, as generate returns them.
         """
         # Imported here, when a model first generates, and not with this module: this chapter
-        # runs without the chapters after it, and chapter 10 builds decoding on this class.
-        from transformer.generation import generate
+        # runs without the chapters after it. Chapter 10 builds generate on this class, and
+        # appendix 15 wraps it with Hugging Face's GenerationConfig, streamers and stopping criteria.
+        from transformer.hf_generation import hf_generate
 
-        return generate(self, input_ids, max_new_tokens, **options)
+        return hf_generate(self, input_ids, max_new_tokens, **options)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: torch.device | str = "cpu") -> Self:
