@@ -338,8 +338,10 @@ from transformer.generation import _check_options, _special_id, generate
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """generate's options, as Hugging Face's GenerationConfig names them, checked once: when
-    the config is made (and when dataclasses.replace makes a changed copy).
+    """generate's options, as Hugging Face's GenerationConfig names them, checked once.
+
+    They are checked when the config is made (and when dataclasses.replace makes a changed
+    copy), and cannot change after: the dataclass is frozen.
 
     Attributes:
         max_new_tokens: the most ids to generate per row, > 0 (None: as many as the
@@ -409,8 +411,10 @@ def hf_generate(model: nn.Module, input_ids: Tensor | None = None, max_new_token
                 generation_config: GenerationConfig | None = None, attention_mask: Tensor | None = None,
                 streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
                 generator: torch.Generator | None = None, **options: Any) -> Tensor:
-    """Generate token ids as Hugging Face's `model.generate` does: chapter 10's generate, with
-    a GenerationConfig, a streamer and stopping criteria. `model.generate(...)` calls it.
+    """Generate token ids as Hugging Face's `model.generate` does; `model.generate` calls it.
+
+    It is chapter 10's generate with a GenerationConfig, a streamer and stopping criteria;
+    the package's top level holds it as `transformer.generate`.
 
     Args:
         model: the model (an nn.Module; a Translator's model is translator.model).
@@ -1041,9 +1045,8 @@ from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedd
 # Masks (True = may attend)
 from transformer.masks import causal_mask, combine_masks, padding_mask
 # Generation
-# generate is model.generate as a function: chapter 10's, with section 3's Hugging Face options
 from transformer.hf_generation import GenerationConfig
-from transformer.hf_generation import hf_generate as generate
+from transformer.hf_generation import hf_generate as generate  # model.generate as a function
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
 from transformer.poet import write_poem

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import re
 
-from tools.chapter_exports import Export, chapter_exports, package_groups, package_names
+from tools.chapter_exports import (
+    Export,
+    chapter_exports,
+    package_aliases,
+    package_groups,
+    package_names,
+)
 from tools.notebooks import Chapter
 
 
@@ -61,7 +67,9 @@ def api_module_page(export: Export, chapter: Chapter, public: list[str]) -> str:
 
 def api_pages(chapters: list[Chapter]) -> dict[str, str]:
     """api/index.md (every name of transformer.__all__) and one page per module."""
-    public = package_names()
+    aliases = package_aliases()  # top-level name -> its module's name for it
+    as_named = [name for name in package_names() if name not in aliases]  # `from transformer import name`
+    public = as_named + list(aliases.values())  # the objects the top level holds
     pages: dict[str, str] = {}
     index = [
         "# API reference", "",
@@ -75,14 +83,15 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
     groups = ["## The top level, by use", "",
               "What `import transformer` holds, grouped by what a user of the models does with it:", ""]
     for group, names in package_groups().items():
-        links = ", ".join(f"{{py:obj}}`~transformer.{home[n]}.{n}`" for n in names if n in home)
+        links = ", ".join(f"{{py:obj}}`{n} <transformer.{home[aliases.get(n, n)]}.{aliases.get(n, n)}>`"
+                          for n in names if aliases.get(n, n) in home)
         groups += [f"- **{group}**: {links}"]
     groups.append("")
     tables = []
     for chapter in chapters:
         for export in chapter_exports(chapter):
             index.append(export.module)
-            pages[f"api/{export.module}.md"] = api_module_page(export, chapter, public)
+            pages[f"api/{export.module}.md"] = api_module_page(export, chapter, as_named)
             tables += [
                 f"## transformer.{export.module}", "",
                 f"Module page: {{doc}}`transformer.{export.module} </api/{export.module}>`; "
@@ -94,6 +103,8 @@ def api_pages(chapters: list[Chapter]) -> dict[str, str]:
                 summary = markdown_text(export.summaries[n]) or "a constant"
                 if n not in public:
                     summary += " (*module only*)"
+                elif n not in as_named:  # the top level holds it under another name
+                    summary += f" (*as `transformer.{next(a for a, real in aliases.items() if real == n)}`*)"
                 tables.append(f"| {{py:obj}}`~transformer.{export.module}.{n}` | {summary} |")
             tables.append("")
     index += ["```", ""] + groups + tables

@@ -80,8 +80,14 @@ def package_groups() -> dict[str, list[str]]:
         if isinstance(node_or_comment, str):
             group = node_or_comment
         elif group:
-            groups.setdefault(group, []).extend(alias.name for alias in node_or_comment.names)
+            groups.setdefault(group, []).extend(alias.asname or alias.name for alias in node_or_comment.names)
     return groups
+
+
+def package_aliases() -> dict[str, str]:
+    """Top-level name -> the name its module gives it, for the top level's `import x as y`."""
+    return {alias.asname: alias.name for node in _lines_and_imports((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+            if not isinstance(node, str) for alias in node.names if alias.asname}
 
 
 def _lines_and_imports(source: str) -> list[str | ast.ImportFrom]:

@@ -20,9 +20,8 @@ from transformer.refinements import GroupedQueryAttention, RMSNorm, RotaryEmbedd
 # Masks (True = may attend)
 from transformer.masks import causal_mask, combine_masks, padding_mask
 # Generation
-# generate is model.generate as a function: chapter 10's, with section 3's Hugging Face options
 from transformer.hf_generation import GenerationConfig
-from transformer.hf_generation import hf_generate as generate
+from transformer.hf_generation import hf_generate as generate  # model.generate as a function
 from transformer.kv_cache import KVCache
 from transformer.translator import load_translator, translate
 from transformer.poet import write_poem

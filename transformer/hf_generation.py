@@ -14,8 +14,10 @@ from transformer.generation import _check_options, _special_id, generate
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """generate's options, as Hugging Face's GenerationConfig names them, checked once: when
-    the config is made (and when dataclasses.replace makes a changed copy).
+    """generate's options, as Hugging Face's GenerationConfig names them, checked once.
+
+    They are checked when the config is made (and when dataclasses.replace makes a changed
+    copy), and cannot change after: the dataclass is frozen.
 
     Attributes:
         max_new_tokens: the most ids to generate per row, > 0 (None: as many as the
@@ -87,8 +89,10 @@ def hf_generate(model: nn.Module, input_ids: Tensor | None = None, max_new_token
                 generation_config: GenerationConfig | None = None, attention_mask: Tensor | None = None,
                 streamer: object = None, stopping_criteria: Callable[[Tensor, Tensor], object] | None = None,
                 generator: torch.Generator | None = None, **options: Any) -> Tensor:
-    """Generate token ids as Hugging Face's `model.generate` does: chapter 10's generate, with
-    a GenerationConfig, a streamer and stopping criteria. `model.generate(...)` calls it.
+    """Generate token ids as Hugging Face's `model.generate` does; `model.generate` calls it.
+
+    It is chapter 10's generate with a GenerationConfig, a streamer and stopping criteria;
+    the package's top level holds it as `transformer.generate`.
 
     Args:
         model: the model (an nn.Module; a Translator's model is translator.model).
